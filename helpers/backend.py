@@ -1,0 +1,180 @@
+"""Pick the backend a notebook or script runs on, and say which one in one line.
+
+Order: Neuron (torch_neuronx importable and NeuronCores visible), else PyTorch/XLA on
+the CPU (the stand-in CI uses), else plain PyTorch on the CPU. The same training code
+runs on all three; only this choice differs.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+NEURON_SYSFS = Path("/sys/devices/virtual/neuron_device")
+DEV_DIR = Path("/dev")
+DMI_PRODUCT_NAME = Path("/sys/devices/virtual/dmi/id/product_name")
+
+# Worker counts (NeuronCores used by one torchrun job) each instance type supports.
+SUPPORTED_WORKER_COUNTS = {
+    "trn1.2xlarge": (1, 2),
+    "trn1.32xlarge": (1, 2, 8, 32),
+    "trn1n.32xlarge": (1, 2, 8, 32),
+    "trn2.48xlarge": (1, 4, 16, 64),
+}
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str  # "neuron", "xla-cpu" or "cpu"
+    reason: str  # why this one: shown to the reader
+    torch_version: str
+    torch_xla_version: str | None
+    torch_neuronx_version: str | None
+    neuron_cores: int  # NeuronCores this process may use (NEURON_RT_VISIBLE_CORES applied)
+
+    @property
+    def uses_xla(self) -> bool:
+        return self.name in ("neuron", "xla-cpu")
+
+    @property
+    def device(self):
+        """The torch device to train on (initialises the XLA runtime on first use)."""
+        import torch
+
+        if self.uses_xla:
+            import torch_xla
+
+            return torch_xla.device()
+        return torch.device("cpu")
+
+    def summary(self) -> str:
+        versions = f"torch {self.torch_version}"
+        versions += f", torch-xla {self.torch_xla_version or 'not installed'}"
+        versions += f", torch-neuronx {self.torch_neuronx_version or 'not installed'}"
+        label = {
+            "neuron": "Neuron (Trainium NeuronCore through PyTorch/XLA)",
+            "xla-cpu": "XLA on CPU (PJRT_DEVICE=CPU stand-in; no NeuronCore)",
+            "cpu": "plain PyTorch on CPU",
+        }[self.name]
+        return (f"Backend: {label} | {versions} | NeuronCores visible: {self.neuron_cores}"
+                f" | why: {self.reason}")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def parse_core_list(spec: str) -> list[int]:
+    """'0-1', '0,2,5-7' -> core indices (the NEURON_RT_VISIBLE_CORES syntax)."""
+    cores: list[int] = []
+    for part in spec.replace(" ", "").split(","):
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: expected e.g. '0', '0-1' or '0,2'")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: range {part} runs backwards")
+        cores.extend(range(lo, hi + 1))
+    return sorted(set(cores))
+
+
+def physical_neuron_cores(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
+    """NeuronCores on this machine: the driver's per-device core_count, summed.
+
+    Without the sysfs tree (old driver) count /dev/neuronN devices at 2 cores each,
+    which is right for trn1 and inf2.
+    """
+    counts = []
+    if sysfs.is_dir():
+        for dev in sorted(sysfs.glob("neuron[0-9]*")):
+            try:
+                counts.append(int((dev / "core_count").read_text().strip()))
+            except (OSError, ValueError):
+                continue
+    if counts:
+        return sum(counts)
+    devices = [p for p in dev_dir.glob("neuron[0-9]*") if re.fullmatch(r"neuron\d+", p.name)]
+    return 2 * len(devices)
+
+
+def visible_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
+    """NeuronCores this process may use: the machine's, narrowed by NEURON_RT_VISIBLE_CORES."""
+    env = os.environ if env is None else env
+    total = physical_neuron_cores(sysfs, dev_dir)
+    spec = env.get("NEURON_RT_VISIBLE_CORES")
+    if total == 0 or not spec:
+        return total
+    return len([c for c in parse_core_list(spec) if c < total])
+
+
+def instance_type(dmi_product_name: Path = DMI_PRODUCT_NAME) -> str | None:
+    """The EC2 instance type (e.g. 'trn1.2xlarge') from DMI, or None off EC2."""
+    try:
+        name = dmi_product_name.read_text().strip()
+    except OSError:
+        return None
+    return name or None
+
+
+def check_worker_count(workers: int, instance: str | None) -> None:
+    """Raise a clear error when `workers` is not a worker count `instance` supports."""
+    if workers < 1:
+        raise ValueError(f"--nproc_per_node must be at least 1, got {workers}")
+    supported = SUPPORTED_WORKER_COUNTS.get(instance or "")
+    if supported is None:
+        return  # unknown instance: the Neuron runtime will judge
+    if workers not in supported:
+        counts = ", ".join(map(str, supported))
+        raise ValueError(
+            f"{instance} supports {counts} worker(s) per node, not {workers}: "
+            f"run torchrun --nproc_per_node=N with N in {{{counts}}}.")
+
+
+def select_backend(xla: bool = True) -> Backend:
+    """Choose and prepare the backend. Call before anything touches an XLA device.
+
+    xla=False is the CPU lesson's choice: plain PyTorch whatever the machine has.
+    PJRT_DEVICE=CPU in the environment forces the XLA-on-CPU stand-in, even on Trainium.
+    """
+    import torch
+
+    versions = dict(torch_version=torch.__version__.split("+")[0],
+                    torch_xla_version=_version("torch-xla"),
+                    torch_neuronx_version=_version("torch-neuronx"))
+    cores = visible_neuron_cores()
+    if not xla:
+        return Backend("cpu", "this stage trains with plain PyTorch on the CPU",
+                       neuron_cores=cores, **versions)
+    forced_cpu = os.environ.get("PJRT_DEVICE", "").upper() == "CPU"
+    has_neuronx = importlib.util.find_spec("torch_neuronx") is not None
+    has_xla = importlib.util.find_spec("torch_xla") is not None
+    if has_neuronx and cores > 0 and not forced_cpu:
+        import torch_neuronx  # noqa: F401  registers the Neuron PJRT plugin
+
+        os.environ.setdefault("PJRT_DEVICE", "NEURON")
+        return Backend("neuron", f"torch-neuronx is installed and {cores} NeuronCore(s) are visible",
+                       neuron_cores=cores, **versions)
+    if has_xla:
+        if forced_cpu:
+            reason = "PJRT_DEVICE=CPU was set"
+        elif has_neuronx:
+            reason = "torch-neuronx is installed but no NeuronCore is visible"
+        else:
+            reason = "torch-neuronx is not installed (no Trainium here)"
+        # Must be set before torch_xla initialises its runtime, or it would pick another device.
+        if "torch_xla" in sys.modules and os.environ.get("PJRT_DEVICE", "CPU").upper() != "CPU":
+            raise RuntimeError("torch_xla was imported with PJRT_DEVICE="
+                               f"{os.environ['PJRT_DEVICE']}; restart the kernel and call "
+                               "select_backend() first")
+        os.environ["PJRT_DEVICE"] = "CPU"
+        return Backend("xla-cpu", reason, neuron_cores=cores, **versions)
+    return Backend("cpu", "torch-xla is not installed", neuron_cores=cores, **versions)
