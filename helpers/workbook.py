@@ -1,0 +1,13 @@
+"""What the first cell of every notebook does, so that cell stays three lines long."""
+from helpers.backend import Backend, select_backend
+
+
+def setup(xla: bool = True, data: bool = True) -> Backend:
+    """Pick the backend and print which one runs; make sure MNIST is on disk and verified."""
+    backend = select_backend(xla=xla)
+    print(backend.summary())
+    if data:
+        from helpers.mnist_data import ensure_mnist
+
+        ensure_mnist(progress=True)
+    return backend
