@@ -1,0 +1,113 @@
+"""make bench: how fast each way of feeding the training loop runs, side by side, in one process.
+
+CPU stage (train_cpu.train, one epoch each, batch 32):
+  torchvision  MNIST + ToTensor + DataLoader (the AWS sample's path, the baseline)
+  fast         the whole set in memory as one tensor, batches sliced from a permutation
+  bare loop    the same loop over batches built beforehand: the limit for this loop
+XLA stage (train.train, on the CPU stand-in here, a NeuronCore on Trainium):
+  torch_xla.sync() every step  against  MpDeviceLoader, with the graphs each compiled.
+
+Rounds are interleaved and the best of each kept, so a busy moment on the machine hurts
+every variant alike. Ratios are what to read; absolute numbers depend on the machine.
+"""
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: repo importable
+
+import torch
+
+from helpers.mnist_data import ensure_mnist, make_loader
+from mnist_mlp.common import StepTracker
+from mnist_mlp.model import MLP
+
+TARGET_FAST_VS_TORCHVISION = 3.5
+TARGET_FAST_VS_BARE = 0.90
+
+
+def cpu_throughput(loader, epochs: int, seed: int = 0) -> float:
+    from mnist_mlp import train_cpu
+
+    torch.manual_seed(seed)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    tracker = StepTracker()
+    train_cpu.train(model, optimizer, loader, torch.device("cpu"), epochs, tracker)
+    return tracker.throughput
+
+
+def xla_throughput(root, steps: int, device_loader: bool):
+    """(it/s, graphs compiled during the run) of train.train on the XLA device."""
+    from mnist_mlp import train  # selects the backend (PJRT_DEVICE) before torch_xla loads
+
+    import torch_xla.debug.metrics as met
+    import torch_xla.distributed.parallel_loader as pl
+
+    device = train.backend.device
+    loader = make_loader("fast", root, train=True, batch_size=32, drop_last=True)
+    if device_loader:
+        loader = pl.MpDeviceLoader(loader, device)
+    torch.manual_seed(0)
+    model = MLP().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    before = met.counter_value("UncachedCompile") or 0
+    tracker = StepTracker(steps)
+    train.train(model, optimizer, loader, device, epochs=10**6, tracker=tracker,
+                sync_each_step=not device_loader)
+    return tracker.throughput, (met.counter_value("UncachedCompile") or 0) - before, train.backend
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--epochs", type=int, default=1, help="CPU epochs per measurement")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--xla-steps", type=int, default=1000)
+    p.add_argument("--data-dir", type=Path, default=None)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)  # a batch-32 MLP gains nothing from threads; steadier numbers
+    root = ensure_mnist(args.data_dir, progress=False)
+
+    fast = make_loader("fast", root, train=True, batch_size=32, seed=0)
+    torchvision = make_loader("torchvision", root, train=True, batch_size=32, seed=0)
+    prebuilt = list(fast)  # the bare loop's batches: nothing left to do but train
+    runs = {"torchvision": [], "fast": [], "bare loop": []}
+    for r in range(args.rounds):
+        runs["torchvision"].append(cpu_throughput(torchvision, args.epochs))
+        runs["fast"].append(cpu_throughput(fast, args.epochs))
+        runs["bare loop"].append(cpu_throughput(prebuilt, args.epochs))
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.0f} it/s" for k, v in runs.items()),
+              flush=True)
+    best = {k: max(v) for k, v in runs.items()}
+
+    sync_its, sync_graphs, backend = xla_throughput(root, args.xla_steps, device_loader=False)
+    mpdl_its, mpdl_graphs, _ = xla_throughput(root, args.xla_steps, device_loader=True)
+
+    fast_vs_tv = best["fast"] / best["torchvision"]
+    fast_vs_bare = best["fast"] / best["bare loop"]
+    print()
+    print(f"CPU stage, batch 32, {args.epochs} epoch(s), best of {args.rounds} "
+          f"(spread: median/best shown)")
+    print(f"{'variant':<34}{'it/s':>9}{'median':>9}{'vs torchvision':>16}")
+    for name in ("torchvision", "fast", "bare loop"):
+        print(f"{name:<34}{best[name]:>9.0f}{statistics.median(runs[name]):>9.0f}"
+              f"{best[name] / best['torchvision']:>15.2f}x")
+    print()
+    print(f"XLA stage on {backend.name}, {args.xla_steps} steps")
+    print(f"{'variant':<34}{'it/s':>9}{'graphs':>9}")
+    print(f"{'torch_xla.sync() every step':<34}{sync_its:>9.0f}{sync_graphs:>9}")
+    print(f"{'MpDeviceLoader':<34}{mpdl_its:>9.0f}{mpdl_graphs:>9}"
+          f"   ({mpdl_its / sync_its:.2f}x sync-per-step)")
+    print()
+    ok = lambda good: "meets target" if good else "BELOW TARGET"  # noqa: E731
+    print(f"fast / torchvision = {fast_vs_tv:.2f}x  (target >= {TARGET_FAST_VS_TORCHVISION}x: "
+          f"{ok(fast_vs_tv >= TARGET_FAST_VS_TORCHVISION)})")
+    print(f"fast / bare loop   = {fast_vs_bare:.0%}  (target >= {TARGET_FAST_VS_BARE:.0%}: "
+          f"{ok(fast_vs_bare >= TARGET_FAST_VS_BARE)})")
+    return dict(best=best, runs=runs, xla=dict(sync=sync_its, mpdl=mpdl_its,
+                                                sync_graphs=sync_graphs, mpdl_graphs=mpdl_graphs))
+
+
+if __name__ == "__main__":
+    main()

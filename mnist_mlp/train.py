@@ -1,0 +1,73 @@
+"""Stage 2: the same training on one XLA device: one NeuronCore on Trainium (the AWS sample's
+train.py). Here the XLA-on-CPU stand-in runs it when there is no NeuronCore."""
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: repo importable
+
+import torch
+
+from helpers.backend import select_backend
+from mnist_mlp.common import StepTracker, compile_stats, finish_run, mnist_loaders, parse_args
+from mnist_mlp.model import MLP
+
+# Decide the device before torch_xla loads: it reads PJRT_DEVICE when it starts its runtime.
+backend = select_backend()
+if backend.uses_xla:
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.distributed.parallel_loader as pl
+
+
+def train(model, optimizer, loader, device, epochs, tracker, sync_each_step=True):
+    loss_fn = torch.nn.NLLLoss()
+    model.train()
+    for epoch in range(epochs):
+        for train_x, train_label in tracker.limit(loader):
+            optimizer.zero_grad()
+            train_x = train_x.view(train_x.size(0), -1)
+            train_x = train_x.to(device)
+            train_label = train_label.to(device)
+            output = model(train_x)
+            loss = loss_fn(output, train_label)
+            loss.backward()
+            optimizer.step()
+            if sync_each_step:
+                # Lazy mode: the lines above only recorded a graph. This compiles it (the first
+                # time) and runs it on the device. The AWS docs call it xm.mark_step().
+                torch_xla.sync()
+            tracker.step(loss)
+    tracker.stop(wait_for_device=xm.wait_device_ops if backend.uses_xla else None)
+
+
+def main(argv=None):
+    started = time.perf_counter()
+    args = parse_args(__doc__, argv, device_loader=True)
+    print(backend.summary())
+    device = backend.device  # torch_xla.device(); the AWS docs use xm.xla_device()
+    # drop_last: a ragged last batch has another shape, so XLA would compile one more graph.
+    train_loader, test_loader = mnist_loaders(args, drop_last=backend.uses_xla)
+    if args.device_loader and backend.uses_xla:
+        # Uploads batches in the background and syncs after each one: no sync in the loop.
+        train_loader = pl.MpDeviceLoader(train_loader, device)
+
+    torch.manual_seed(args.seed)  # the same initial weights every run
+    model = MLP().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+
+    print("----------Training ---------------")
+    tracker = StepTracker(args.steps_this_run)
+    train(model, optimizer, train_loader, device, args.epochs, tracker,
+          sync_each_step=backend.uses_xla and not args.device_loader)
+    graphs = seconds = None
+    if backend.uses_xla:
+        graphs, seconds = compile_stats()
+        print(f"Graphs compiled: {graphs} (compile time {seconds:.2f} s)")
+    return finish_run("xla", args, backend, model, tracker, test_loader, device, started=started,
+                      graphs_compiled=graphs, compile_time_s=seconds,
+                      device_loader=bool(args.device_loader))
+
+
+if __name__ == "__main__":
+    main()

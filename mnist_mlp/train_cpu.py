@@ -1,0 +1,51 @@
+"""Stage 1: train the MLP with plain PyTorch on the CPU (the AWS sample's train_cpu.py)."""
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: repo importable
+
+import torch
+
+from helpers.backend import select_backend
+from mnist_mlp.common import StepTracker, finish_run, mnist_loaders, parse_args
+from mnist_mlp.model import MLP
+
+
+def train(model, optimizer, loader, device, epochs, tracker):
+    loss_fn = torch.nn.NLLLoss()
+    model.train()
+    for epoch in range(epochs):
+        for train_x, train_label in tracker.limit(loader):
+            optimizer.zero_grad()
+            train_x = train_x.view(train_x.size(0), -1)
+            train_x = train_x.to(device)
+            train_label = train_label.to(device)
+            output = model(train_x)
+            loss = loss_fn(output, train_label)
+            loss.backward()
+            optimizer.step()
+            tracker.step(loss)
+    tracker.stop()
+
+
+def main(argv=None):
+    started = time.perf_counter()
+    args = parse_args(__doc__, argv)
+    backend = select_backend(xla=False)
+    print(backend.summary())
+    device = backend.device
+    train_loader, test_loader = mnist_loaders(args)
+
+    torch.manual_seed(args.seed)  # the same initial weights every run
+    model = MLP().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+
+    print("----------Training ---------------")
+    tracker = StepTracker(args.steps_this_run)
+    train(model, optimizer, train_loader, device, args.epochs, tracker)
+    return finish_run("cpu", args, backend, model, tracker, test_loader, device, started=started)
+
+
+if __name__ == "__main__":
+    main()
