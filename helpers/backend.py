@@ -139,7 +139,15 @@ def check_worker_count(workers: int, instance: str | None) -> None:
             f"run torchrun --nproc_per_node=N with N in {{{counts}}}.")
 
 
-def select_backend(xla: bool = True) -> Backend:
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # sys.modules[module] = None: the documented way to block an import
+        return False
+
+
+def select_backend(xla: bool = True, *, sysfs: Path = NEURON_SYSFS,
+                   dev_dir: Path = DEV_DIR) -> Backend:
     """Choose and prepare the backend. Call before anything touches an XLA device.
 
     xla=False is the CPU lesson's choice: plain PyTorch whatever the machine has.
@@ -150,13 +158,13 @@ def select_backend(xla: bool = True) -> Backend:
     versions = dict(torch_version=torch.__version__.split("+")[0],
                     torch_xla_version=_version("torch-xla"),
                     torch_neuronx_version=_version("torch-neuronx"))
-    cores = visible_neuron_cores()
+    cores = visible_neuron_cores(sysfs=sysfs, dev_dir=dev_dir)
     if not xla:
         return Backend("cpu", "this stage trains with plain PyTorch on the CPU",
                        neuron_cores=cores, **versions)
     forced_cpu = os.environ.get("PJRT_DEVICE", "").upper() == "CPU"
-    has_neuronx = importlib.util.find_spec("torch_neuronx") is not None
-    has_xla = importlib.util.find_spec("torch_xla") is not None
+    has_neuronx = _installed("torch_neuronx")
+    has_xla = _installed("torch_xla")
     if has_neuronx and cores > 0 and not forced_cpu:
         import torch_neuronx  # noqa: F401  registers the Neuron PJRT plugin
 

@@ -85,6 +85,7 @@ def main(argv=None):
     # Each rank trains on its own 1/world_size of every epoch (sharded by rank).
     train_loader, test_loader = mnist_loaders(args, rank=rank, world_size=world_size,
                                               drop_last=True)
+    samples_per_epoch = len(train_loader) * args.batch_size  # this rank's share
     if backend.uses_xla:
         train_loader = pl.MpDeviceLoader(train_loader, device)
 
@@ -108,11 +109,12 @@ def main(argv=None):
         print(f"Graphs compiled: {graphs} (compile time {seconds:.2f} s)")
     losses_by_rank = gather_objects(tracker.loss_history(), gloo)
     throughputs = gather_objects(tracker.throughput, gloo)
+    samples_by_rank = gather_objects(samples_per_epoch, gloo)
     finish_run(f"torchrun_w{world_size}", args, backend, model, tracker, test_loader, device,
                started=started, write=rank == 0, world_size=world_size,
                graphs_compiled=graphs, compile_time_s=seconds,
                gradient_reduce="gloo" if gradients_over_gloo else "xla",
-               throughput_by_rank=throughputs,
+               throughput_by_rank=throughputs, samples_per_epoch_by_rank=samples_by_rank,
                loss_history_by_rank={str(r): h for r, h in enumerate(losses_by_rank)})
     dist.destroy_process_group()
 

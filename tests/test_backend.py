@@ -1,0 +1,153 @@
+"""Backend selection against real file layouts: a sysfs tree, /dev nodes, a DMI file, and a
+torch_neuronx package on the path, each built in the test."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from helpers.backend import (check_worker_count, instance_type, parse_core_list,
+                             physical_neuron_cores, visible_neuron_cores)
+from tests.conftest import REPO_ROOT
+
+
+def make_sysfs(root, cores_per_device):
+    for i, n in enumerate(cores_per_device):
+        dev = root / f"neuron{i}"
+        dev.mkdir(parents=True)
+        (dev / "core_count").write_text(f"{n}\n")
+    return root
+
+
+def test_parse_core_list():
+    assert parse_core_list("0") == [0]
+    assert parse_core_list("0-1") == [0, 1]
+    assert parse_core_list("0,2,5-7") == [0, 2, 5, 6, 7]
+    for bad in ("a", "3-1", "1-"):
+        with pytest.raises(ValueError, match="NEURON_RT_VISIBLE_CORES"):
+            parse_core_list(bad)
+
+
+def test_cores_from_sysfs(tmp_path):
+    sysfs = make_sysfs(tmp_path / "sys", [2])  # trn1.2xlarge: one device, two cores
+    assert physical_neuron_cores(sysfs, tmp_path / "nodev") == 2
+    sysfs16 = make_sysfs(tmp_path / "sys16", [2] * 16)  # trn1.32xlarge
+    assert physical_neuron_cores(sysfs16, tmp_path / "nodev") == 32
+
+
+def test_cores_from_dev_nodes_without_sysfs(tmp_path):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("neuron0", "neuron1", "null", "neuron_x"):
+        (dev / name).touch()
+    assert physical_neuron_cores(tmp_path / "nosys", dev) == 4
+    assert physical_neuron_cores(tmp_path / "nosys", tmp_path / "empty") == 0
+
+
+def test_visible_cores_respect_neuron_rt_visible_cores(tmp_path):
+    sysfs = make_sysfs(tmp_path / "sys", [2, 2])
+    nodev = tmp_path / "nodev"
+    assert visible_neuron_cores({}, sysfs, nodev) == 4
+    assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "1"}, sysfs, nodev) == 1
+    assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "2-3"}, sysfs, nodev) == 2
+    # cores the machine does not have do not count
+    assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "3-9"}, sysfs, nodev) == 1
+
+
+def test_instance_type_from_dmi(tmp_path):
+    dmi = tmp_path / "product_name"
+    dmi.write_text("trn1.2xlarge\n")
+    assert instance_type(dmi) == "trn1.2xlarge"
+    assert instance_type(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize("instance,good,bad", [
+    ("trn1.2xlarge", [1, 2], [3, 4, 8]),
+    ("trn1.32xlarge", [1, 2, 8, 32], [4, 16, 64]),
+    ("trn2.48xlarge", [1, 4, 16, 64], [2, 8, 32]),
+])
+def test_worker_counts(instance, good, bad):
+    for n in good:
+        check_worker_count(n, instance)
+    for n in bad:
+        with pytest.raises(ValueError, match=rf"{instance} supports .* not {n}.*--nproc_per_node"):
+            check_worker_count(n, instance)
+
+
+def test_worker_count_must_be_positive_and_unknown_instances_pass():
+    with pytest.raises(ValueError, match="at least 1"):
+        check_worker_count(0, "trn1.2xlarge")
+    check_worker_count(3, None)  # off EC2 / unknown type: the runtime judges
+
+
+def run_select(tmp_path, code, extra_path=None, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("PJRT_DEVICE", "NEURON_RT_VISIBLE_CORES")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path or ""), str(REPO_ROOT)]))
+    env.update(env_extra or {})
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    return out.stdout
+
+
+SELECT = """
+import os, sys
+from pathlib import Path
+from helpers.backend import select_backend
+b = select_backend(sysfs=Path({sysfs!r}), dev_dir=Path({dev!r}))
+print(b.name, os.environ.get('PJRT_DEVICE'), b.neuron_cores)
+print(b.summary())
+"""
+
+
+def test_stand_in_selected_without_neuron(tmp_path):
+    out = run_select(tmp_path, SELECT.format(sysfs=str(tmp_path / "nosys"), dev=str(tmp_path / "nodev")))
+    first, summary = out.splitlines()
+    assert first == "xla-cpu CPU 0"
+    assert "XLA on CPU" in summary and "torch-neuronx is not installed" in summary
+    assert "torch 2.9.0" in summary and "torch-xla 2.9.0" in summary
+
+
+def fake_torch_neuronx(tmp_path):
+    pkg = tmp_path / "site" / "torch_neuronx"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("IMPORTED = True\n")
+    return tmp_path / "site"
+
+
+def test_neuron_selected_with_torch_neuronx_and_cores(tmp_path):
+    sysfs = make_sysfs(tmp_path / "sys", [2])
+    out = run_select(tmp_path, SELECT.format(sysfs=str(sysfs), dev=str(tmp_path / "nodev")),
+                     extra_path=fake_torch_neuronx(tmp_path))
+    first, summary = out.splitlines()
+    assert first == "neuron NEURON 2"
+    assert summary.startswith("Backend: Neuron") and "2 NeuronCore(s) are visible" in summary
+
+
+def test_neuron_package_without_cores_falls_back_to_stand_in(tmp_path):
+    out = run_select(tmp_path, SELECT.format(sysfs=str(tmp_path / "nosys"), dev=str(tmp_path / "nodev")),
+                     extra_path=fake_torch_neuronx(tmp_path))
+    first, summary = out.splitlines()
+    assert first == "xla-cpu CPU 0"
+    assert "no NeuronCore is visible" in summary
+
+
+def test_pjrt_device_cpu_forces_stand_in_even_with_cores(tmp_path):
+    sysfs = make_sysfs(tmp_path / "sys", [2])
+    out = run_select(tmp_path, SELECT.format(sysfs=str(sysfs), dev=str(tmp_path / "nodev")),
+                     extra_path=fake_torch_neuronx(tmp_path), env_extra={"PJRT_DEVICE": "CPU"})
+    assert out.splitlines()[0] == "xla-cpu CPU 2"
+
+
+def test_plain_cpu_without_torch_xla(tmp_path):
+    code = "import sys; sys.modules['torch_xla'] = None\n" + SELECT.format(
+        sysfs=str(tmp_path / "nosys"), dev=str(tmp_path / "nodev"))
+    first, summary = run_select(tmp_path, code).splitlines()
+    assert first == "cpu None 0"
+    assert "plain PyTorch on CPU" in summary and "torch-xla is not installed" in summary
+
+
+def test_cpu_stage_choice(tmp_path):
+    code = SELECT.replace("select_backend(", "select_backend(False, ").format(
+        sysfs=str(tmp_path / "nosys"), dev=str(tmp_path / "nodev"))
+    assert run_select(tmp_path, code).splitlines()[0] == "cpu None 0"

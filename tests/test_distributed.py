@@ -1,0 +1,84 @@
+"""The data-parallel pieces over a real two-process gloo group."""
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from mnist_mlp.distributed import average_gradients, check_replicas_equal, gather_objects
+from mnist_mlp.model import MLP
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SCENARIOS = ("average", "equal", "drift", "gather")
+
+
+def worker(rank, world_size, port, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    group = dist.new_group(backend="gloo")
+    for scenario in SCENARIOS:
+        results[(scenario, rank)] = run_scenario(scenario, rank, group)
+    dist.destroy_process_group()
+
+
+def run_scenario(scenario, rank, group):
+    torch.manual_seed(0)
+    model = MLP()
+    if scenario == "average":
+        for p in model.parameters():
+            p.grad = torch.full_like(p, float(rank + 1))  # rank 0: ones, rank 1: twos
+        average_gradients(model, group)
+        return [float(p.grad.unique().item()) for p in model.parameters()]
+    if scenario == "equal":
+        return check_replicas_equal(model, group)
+    if scenario == "drift":
+        if rank == 1:
+            with torch.no_grad():
+                model.fc1.weight[0, 0] += 1e-3  # what un-reduced gradients do, in small
+        try:
+            check_replicas_equal(model, group)
+            return "passed"
+        except RuntimeError as err:
+            return str(err)
+    if scenario == "gather":
+        return gather_objects({"rank": rank}, group)
+    raise ValueError(scenario)
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    """Every scenario, run once on each rank of one real two-process gloo group."""
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(worker, args=(2, free_port(), results), nprocs=2, join=True)
+        results = dict(results)
+    return lambda scenario: {rank: results[(scenario, rank)] for rank in (0, 1)}
+
+
+def test_average_gradients_over_gloo(two_ranks):
+    results = two_ranks("average")
+    assert results[0] == results[1] == [1.5] * 6
+
+
+def test_equal_replicas_pass(two_ranks):
+    assert two_ranks("equal") == {0: 0.0, 1: 0.0}
+
+
+def test_drifted_replicas_fail_on_every_rank(two_ranks):
+    results = two_ranks("drift")
+    for rank in (0, 1):
+        assert results[rank].startswith("Replicas differ after training")
+        assert "not all-reduced" in results[rank]
+
+
+def test_gather_objects_in_rank_order(two_ranks):
+    results = two_ranks("gather")
+    assert results[0] == results[1] == [{"rank": 0}, {"rank": 1}]
