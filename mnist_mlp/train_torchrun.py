@@ -79,7 +79,7 @@ def main(argv=None):
         print(f"Gradient all-reduce: xm.optimizer_step over {world_size} XLA worker(s).")
 
     if rank == 0:
-        ensure_mnist(args.data_dir)  # one download, not one per worker
+        ensure_mnist(args.data_dir, progress=False)  # one download, not one per worker
     dist.barrier(group=gloo)
     device = backend.device
     # Each rank trains on its own 1/world_size of every epoch (sharded by rank).
