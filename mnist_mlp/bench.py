@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: r
 import torch
 
 from helpers.mnist_data import ensure_mnist, make_loader
+from mnist_mlp import train as xla_stage  # first: picks the XLA backend before any backward pass
+from mnist_mlp import train_cpu
 from mnist_mlp.common import StepTracker
 from mnist_mlp.model import MLP
 
@@ -28,8 +30,6 @@ TARGET_FAST_VS_BARE = 0.90
 
 
 def cpu_throughput(loader, epochs: int, seed: int = 0) -> float:
-    from mnist_mlp import train_cpu
-
     torch.manual_seed(seed)
     model = MLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -38,14 +38,11 @@ def cpu_throughput(loader, epochs: int, seed: int = 0) -> float:
     return tracker.throughput
 
 
-def xla_throughput(root, steps: int, device_loader: bool):
+def xla_throughput(root, device, steps: int, device_loader: bool):
     """(it/s, graphs compiled during the run) of train.train on the XLA device."""
-    from mnist_mlp import train  # selects the backend (PJRT_DEVICE) before torch_xla loads
-
     import torch_xla.debug.metrics as met
     import torch_xla.distributed.parallel_loader as pl
 
-    device = train.backend.device
     loader = make_loader("fast", root, train=True, batch_size=32, drop_last=True)
     if device_loader:
         loader = pl.MpDeviceLoader(loader, device)
@@ -54,9 +51,9 @@ def xla_throughput(root, steps: int, device_loader: bool):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     before = met.counter_value("UncachedCompile") or 0
     tracker = StepTracker(steps)
-    train.train(model, optimizer, loader, device, epochs=10**6, tracker=tracker,
-                sync_each_step=not device_loader)
-    return tracker.throughput, (met.counter_value("UncachedCompile") or 0) - before, train.backend
+    xla_stage.train(model, optimizer, loader, device, epochs=10**6, tracker=tracker,
+                    sync_each_step=not device_loader)
+    return tracker.throughput, (met.counter_value("UncachedCompile") or 0) - before, xla_stage.backend
 
 
 def main(argv=None):
@@ -67,6 +64,9 @@ def main(argv=None):
     p.add_argument("--data-dir", type=Path, default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # a batch-32 MLP gains nothing from threads; steadier numbers
+    # Start the XLA device before any CPU backward pass: autograd sizes its per-device queues
+    # at the first backward, and a device that appears later fails its own backward.
+    xla_device = xla_stage.backend.device
     root = ensure_mnist(args.data_dir, progress=False)
 
     fast = make_loader("fast", root, train=True, batch_size=32, seed=0)
@@ -81,8 +81,8 @@ def main(argv=None):
               flush=True)
     best = {k: max(v) for k, v in runs.items()}
 
-    sync_its, sync_graphs, backend = xla_throughput(root, args.xla_steps, device_loader=False)
-    mpdl_its, mpdl_graphs, _ = xla_throughput(root, args.xla_steps, device_loader=True)
+    sync_its, sync_graphs, backend = xla_throughput(root, xla_device, args.xla_steps, device_loader=False)
+    mpdl_its, mpdl_graphs, _ = xla_throughput(root, xla_device, args.xla_steps, device_loader=True)
 
     fast_vs_tv = best["fast"] / best["torchvision"]
     fast_vs_bare = best["fast"] / best["bare loop"]
