@@ -1,0 +1,200 @@
+"""Read and edit NEURON_CC_FLAGS without clobbering the flags the user already set.
+
+NEURON_CC_FLAGS carries two kinds of flags in one string:
+- the cache wrapper's own (neuron_cc_wrapper reads them, the compiler never sees them):
+  --cache_dir=<dir or s3:// URL>, --no_cache, --retry_failed_compilation, --log_level=<LEVEL>;
+- compiler flags passed on to neuronx-cc, e.g. --auto-cast=none, --model-type=transformer, -O1.
+
+Flags are split with shlex and both spellings are understood: `--flag=value` and
+`--flag value`. Set them before torch_xla initialises its runtime (first device use): the
+functions that write os.environ say so when it is too late in this process.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+
+ENV_VAR = "NEURON_CC_FLAGS"
+
+# Flags that never take a value, so the token after them is left alone.
+BOOLEAN_FLAGS = frozenset({
+    "--no_cache",
+    "--retry_failed_compilation",
+    "--enable-saturate-infinity",
+    "--enable-mixed-precision-accumulation",
+})
+# Flags that always take a value, even when it looks like another flag (e.g. "--foo -1").
+VALUE_FLAGS = frozenset({
+    "--cache_dir",
+    "--log_level",
+    "--auto-cast",
+    "--auto-cast-type",
+    "--model-type",
+    "--target",
+    "--optlevel",
+    "--distribution-strategy",
+    "--logical-nc-config",
+    "--verbose",
+    "--logfile",
+})
+AUTO_CAST = ("none", "matmult", "all")
+MODEL_TYPES = ("generic", "transformer", "unet-inference")
+LOG_LEVELS = ("WARNING", "INFO", "ERROR")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag as written: its name, its value (None for a switch) and its tokens."""
+    name: str
+    value: str | None
+    tokens: tuple[str, ...]
+
+
+def split_flags(flags: str | None) -> list[Flag]:
+    """NEURON_CC_FLAGS text -> flags in order. Raises ValueError on unbalanced quotes."""
+    try:
+        tokens = shlex.split(flags or "")
+    except ValueError as err:
+        raise ValueError(f"{ENV_VAR}={flags!r} cannot be split ({err}): check its quotes") from err
+    out: list[Flag] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.startswith("-") and "=" in tok:
+            name, value = tok.split("=", 1)
+            out.append(Flag(name, value, (tok,)))
+            i += 1
+            continue
+        if tok.startswith("-") and tok not in BOOLEAN_FLAGS and i + 1 < len(tokens):
+            nxt = tokens[i + 1]
+            if tok in VALUE_FLAGS or not nxt.startswith("-"):
+                out.append(Flag(tok, nxt, (tok, nxt)))
+                i += 2
+                continue
+        # A switch, or a stray word the compiler will judge: kept as it is.
+        out.append(Flag(tok, None, (tok,)))
+        i += 1
+    return out
+
+
+def join_flags(flags: list[Flag]) -> str:
+    return shlex.join([t for f in flags for t in f.tokens])
+
+
+def _check_name(name: str) -> None:
+    if not name.startswith("-") or "=" in name or " " in name:
+        raise ValueError(f"flag name {name!r}: expected e.g. '--cache_dir' (no '=' or value)")
+
+
+def get_flag(flags: str | None, name: str) -> str | bool | None:
+    """The value of `name` in `flags`: its value, True for a switch, None when absent.
+
+    If a flag appears twice the last one wins, as with argparse.
+    """
+    _check_name(name)
+    found: str | bool | None = None
+    for f in split_flags(flags):
+        if f.name == name:
+            found = True if f.value is None else f.value
+    return found
+
+
+def remove_flag(flags: str | None, name: str) -> str:
+    """`flags` without any occurrence of `name` (and its value); other flags untouched."""
+    _check_name(name)
+    return join_flags([f for f in split_flags(flags) if f.name != name])
+
+
+def set_flag(flags: str | None, name: str, value: str | bool | None = True) -> str:
+    """`flags` with `name` set once: `--name=value`, or `--name` for value True/None.
+
+    value False removes it. Earlier occurrences are dropped, so repeating a call does not
+    pile up duplicates; the flag goes to the end.
+    """
+    _check_name(name)
+    if value is False:
+        return remove_flag(flags, name)
+    kept = [f for f in split_flags(flags) if f.name != name]
+    if value is True or value is None:
+        if name in VALUE_FLAGS:
+            raise ValueError(f"{name} needs a value, e.g. {name}=<value>")
+        kept.append(Flag(name, None, (name,)))
+    else:
+        value = str(value)
+        if not value:
+            raise ValueError(f"{name}: empty value; pass False to remove the flag")
+        if name == "--log_level" and value.upper() not in LOG_LEVELS:
+            raise ValueError(f"--log_level={value}: use one of {', '.join(LOG_LEVELS)}")
+        kept.append(Flag(name, value, (f"{name}={value}",)))
+    return join_flags(kept)
+
+
+def runtime_initialised() -> bool:
+    """True when torch_xla's runtime is already up in this process (flags set now are late).
+
+    torch_xla is not imported just to ask: if it is not imported, it cannot be initialised.
+    """
+    if "torch_xla" not in sys.modules:
+        return False
+    try:
+        import torch_xla
+
+        return bool(torch_xla._XLAC._xla_runtime_is_initialized())
+    except (AttributeError, ImportError):
+        return False
+
+
+TOO_LATE = ("torch_xla's runtime is already initialised in this process: graphs compiled so far "
+            "used the old flags, and the Neuron runtime may have read them already. Restart the "
+            "kernel and set NEURON_CC_FLAGS before the first XLA device use (or pass it on the "
+            "command line of the training script).")
+
+
+@dataclass(frozen=True)
+class FlagsChange:
+    before: str
+    after: str
+    warning: str | None  # set when the change came too late for this process
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def message(self) -> str:
+        text = f"{ENV_VAR}={self.after!r}" if self.changed else f"{ENV_VAR} unchanged ({self.after!r})"
+        return text + (f"\nWARNING: {self.warning}" if self.warning else "")
+
+
+def update_env(name: str, value: str | bool | None = True, env=None) -> FlagsChange:
+    """Set (value True / a string) or remove (value False) one flag in env[NEURON_CC_FLAGS].
+
+    Writes os.environ by default. The returned change carries a warning if torch_xla was
+    already initialised here; a warnings.warn is raised too so a script does not miss it.
+    """
+    env = os.environ if env is None else env
+    before = env.get(ENV_VAR, "")
+    after = set_flag(before, name, value)
+    return _store(env, before, after)
+
+
+def replace_env(flags: str, env=None) -> FlagsChange:
+    """Replace the whole of env[NEURON_CC_FLAGS] (validated by splitting it first)."""
+    env = os.environ if env is None else env
+    split_flags(flags)
+    before = env.get(ENV_VAR, "")
+    return _store(env, before, flags.strip())
+
+
+def _store(env, before: str, after: str) -> FlagsChange:
+    if after:
+        env[ENV_VAR] = after
+    else:
+        env.pop(ENV_VAR, None)
+    warning = TOO_LATE if before != after and env is os.environ and runtime_initialised() else None
+    if warning:
+        import warnings
+
+        warnings.warn(warning, RuntimeWarning, stacklevel=3)
+    return FlagsChange(before, after, warning)

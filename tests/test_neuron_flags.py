@@ -1,0 +1,93 @@
+"""NEURON_CC_FLAGS editing: both flag spellings, other flags kept, values with spaces."""
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from helpers import neuron_flags as nf
+
+USER_FLAGS = "--model-type transformer --auto-cast=none -O1 --enable-saturate-infinity"
+
+
+def test_split_understands_both_spellings():
+    flags = nf.split_flags("--cache_dir /a/b --log_level=INFO --retry_failed_compilation -O1 "
+                           "--model-type transformer --enable-saturate-infinity --foo -1")
+    assert [(f.name, f.value) for f in flags] == [
+        ("--cache_dir", "/a/b"), ("--log_level", "INFO"), ("--retry_failed_compilation", None),
+        ("-O1", None), ("--model-type", "transformer"), ("--enable-saturate-infinity", None),
+        ("--foo", None), ("-1", None)]
+
+
+def test_get_flag():
+    flags = USER_FLAGS + " --cache_dir '/mnt/my cache' --retry_failed_compilation"
+    assert nf.get_flag(flags, "--cache_dir") == "/mnt/my cache"
+    assert nf.get_flag(flags, "--model-type") == "transformer"
+    assert nf.get_flag(flags, "--auto-cast") == "none"
+    assert nf.get_flag(flags, "--retry_failed_compilation") is True
+    assert nf.get_flag(flags, "--no_cache") is None
+    assert nf.get_flag("--log_level=INFO --log_level ERROR", "--log_level") == "ERROR"  # last wins
+    assert nf.get_flag(None, "--cache_dir") is None
+
+
+def test_set_keeps_every_other_flag():
+    out = nf.set_flag(USER_FLAGS, "--cache_dir", "/mnt/my cache")
+    assert shlex.split(out) == [*shlex.split(USER_FLAGS), "--cache_dir=/mnt/my cache"]
+    assert nf.get_flag(out, "--cache_dir") == "/mnt/my cache"
+    again = nf.set_flag(out, "--cache_dir", "/other")  # replaced, not piled up
+    assert shlex.split(again) == [*shlex.split(USER_FLAGS), "--cache_dir=/other"]
+    spaced = nf.set_flag("--cache_dir /old " + USER_FLAGS, "--cache_dir", "/new")  # "--flag value"
+    assert shlex.split(spaced) == [*shlex.split(USER_FLAGS), "--cache_dir=/new"]
+    switch = nf.set_flag(USER_FLAGS, "--retry_failed_compilation")
+    assert switch == USER_FLAGS + " --retry_failed_compilation"
+    assert nf.set_flag(switch, "--retry_failed_compilation") == switch
+
+
+def test_remove_takes_the_value_along():
+    flags = "--model-type transformer --retry_failed_compilation --log_level INFO -O1"
+    assert nf.remove_flag(flags, "--model-type") == "--retry_failed_compilation --log_level INFO -O1"
+    assert nf.remove_flag(flags, "--log_level") == "--model-type transformer --retry_failed_compilation -O1"
+    assert nf.remove_flag(flags, "--retry_failed_compilation") == "--model-type transformer --log_level INFO -O1"
+    assert nf.set_flag(flags, "-O1", False) == "--model-type transformer --retry_failed_compilation --log_level INFO"
+    assert nf.remove_flag(flags, "--no_cache") == flags
+
+
+def test_bad_input_is_refused_clearly():
+    with pytest.raises(ValueError, match="check its quotes"):
+        nf.split_flags("--cache_dir '/unterminated")
+    with pytest.raises(ValueError, match="needs a value"):
+        nf.set_flag("", "--cache_dir")
+    with pytest.raises(ValueError, match="use one of WARNING, INFO, ERROR"):
+        nf.set_flag("", "--log_level", "LOUD")
+    with pytest.raises(ValueError, match="expected e.g. '--cache_dir'"):
+        nf.set_flag("", "--cache_dir=/x", "/y")
+    with pytest.raises(ValueError, match="empty value"):
+        nf.set_flag("", "--model-type", "")
+
+
+def test_update_env_on_a_given_environment():
+    env = {"NEURON_CC_FLAGS": USER_FLAGS}
+    change = nf.update_env("--retry_failed_compilation", env=env)
+    assert change.changed and change.before == USER_FLAGS and change.warning is None
+    assert env["NEURON_CC_FLAGS"] == USER_FLAGS + " --retry_failed_compilation"
+    assert "--retry_failed_compilation" in change.message()
+    nf.update_env("--retry_failed_compilation", False, env=env)
+    assert env["NEURON_CC_FLAGS"] == USER_FLAGS
+    empty = {"NEURON_CC_FLAGS": "--no_cache"}
+    nf.update_env("--no_cache", False, env=empty)
+    assert "NEURON_CC_FLAGS" not in empty  # not left as an empty string
+    with pytest.raises(ValueError):
+        nf.replace_env("--cache_dir 'oops", env=env)
+    assert env["NEURON_CC_FLAGS"] == USER_FLAGS  # a refused edit loses nothing
+
+
+def test_runtime_not_initialised_without_torch_xla_import():
+    import sys
+
+    if "torch_xla" in sys.modules:  # another test in this process imported it
+        import torch_xla
+
+        assert nf.runtime_initialised() == bool(torch_xla._XLAC._xla_runtime_is_initialized())
+    else:
+        assert nf.runtime_initialised() is False
+        assert "torch_xla" not in sys.modules  # asking did not import it
