@@ -1,0 +1,94 @@
+"""The setup checklist of notebook 00: one green or red row per check, with the fix when red.
+
+    Checklist(lambda: run_checks(backend))
+
+Displayed in Jupyter it is an ipywidgets box with a "Check again" button (shut down the other
+kernel, click, see the row turn green). Widgets do not render on GitHub or in nbviewer without
+a kernel, so the same display also carries an HTML table and a plain-text version of the rows:
+a viewer that cannot show the widget shows those.
+"""
+from __future__ import annotations
+
+import html
+from typing import Callable, Iterable
+
+import ipywidgets as widgets
+
+from helpers.neuron_env import CheckResult
+
+OK_COLOUR = "#1a7f37"
+FAIL_COLOUR = "#cf222e"
+OK_MARK, FAIL_MARK = "\u2705", "\u274c"  # the status is readable without colour too
+
+
+def _status(result: CheckResult) -> tuple[str, str, str]:
+    """(mark, colour, word) for a row."""
+    return (OK_MARK, OK_COLOUR, "OK") if result.ok else (FAIL_MARK, FAIL_COLOUR, "FIX")
+
+
+def row_html(result: CheckResult) -> str:
+    mark, colour, word = _status(result)
+    fix = (f'<div style="margin-left:1.8em">Fix: {html.escape(result.fix)}</div>'
+           if not result.ok and result.fix else "")
+    return (f'<div style="border-left:6px solid {colour};padding:2px 8px;margin:2px 0">'
+            f'{mark} <b style="color:{colour}">{word}</b> <b>{html.escape(result.item)}</b>: '
+            f'{html.escape(result.message)}{fix}</div>')
+
+
+def checklist_html(results: Iterable[CheckResult]) -> str:
+    """The rows as an HTML table: what GitHub and nbviewer show."""
+    rows = []
+    for r in results:
+        mark, colour, word = _status(r)
+        rows.append(f'<tr><td>{mark} <b style="color:{colour}">{word}</b></td>'
+                    f'<td><b>{html.escape(r.item)}</b></td><td>{html.escape(r.message)}</td>'
+                    f'<td>{html.escape(r.fix)}</td></tr>')
+    return ('<table><thead><tr><th>Status</th><th>Check</th><th>Found</th><th>Fix</th></tr>'
+            f'</thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def checklist_text(results: Iterable[CheckResult]) -> str:
+    lines = []
+    for r in results:
+        lines.append(f"[{'OK ' if r.ok else 'FIX'}] {r.item}: {r.message}")
+        if not r.ok and r.fix:
+            lines.append(f"      fix: {r.fix}")
+    return "\n".join(lines)
+
+
+class Checklist:
+    """The checks run now, shown as widget rows; `refresh()` (the button) runs them again."""
+
+    def __init__(self, run_checks: Callable[[], Iterable[CheckResult]]):
+        self._run_checks = run_checks
+        self.rows = widgets.VBox()
+        self.button = widgets.Button(description="Check again", icon="refresh",
+                                     tooltip="Run every check again, e.g. after a fix")
+        self.button.on_click(lambda _button: self.refresh())
+        self.summary = widgets.HTML()
+        self.widget = widgets.VBox([self.rows, widgets.HBox([self.button, self.summary])])
+        self.results: list[CheckResult] = []
+        self.refresh()
+
+    @property
+    def all_ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def refresh(self) -> None:
+        self.results = list(self._run_checks())
+        rows = []
+        for result in self.results:
+            row = widgets.HTML(row_html(result))
+            row.add_class("checklist-ok" if result.ok else "checklist-fail")
+            rows.append(row)
+        self.rows.children = rows
+        failing = sum(not r.ok for r in self.results)
+        self.summary.value = (f'<span style="color:{OK_COLOUR}">all {len(self.results)} checks '
+                              f'pass</span>' if not failing else
+                              f'<span style="color:{FAIL_COLOUR}">{failing} to fix</span>')
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/html"] = checklist_html(self.results)
+        bundle["text/plain"] = checklist_text(self.results)
+        return bundle

@@ -1,0 +1,257 @@
+"""Setup checks and the checklist widget, against real file layouts built here and the real /proc."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.backend import Backend
+from helpers.checklist import FAIL_COLOUR, OK_COLOUR, Checklist
+from helpers.mnist_data import IDX_MD5, default_data_dir
+from helpers.neuron_env import (FREE_CORES_FIX, CheckResult, DeviceHolder, check_backend,
+                                check_compile_cache, check_mnist, check_neuron_cores_free,
+                                check_neuron_cores_visible, check_pins, check_torchrun,
+                                neuron_device_holders, shown_path)
+from helpers.paths import REPO_ROOT
+
+KERNEL_CMDLINE = ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f",
+                  "/root/.local/share/jupyter/runtime/kernel-1a2b3c.json"]
+
+
+def fake_process(proc: Path, pid: int, cmdline: list[str], fd_targets: dict[int, Path]) -> None:
+    """<proc>/<pid>/cmdline and fd/<n> -> target links, as the kernel lays them out."""
+    fd_dir = proc / str(pid) / "fd"
+    fd_dir.mkdir(parents=True)
+    (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in cmdline) + b"\0")
+    for fd, target in fd_targets.items():
+        (fd_dir / str(fd)).symlink_to(target)
+
+
+@pytest.fixture
+def machine(tmp_path):
+    """A /dev with two Neuron devices and a /proc with a kernel holding both, a training script
+    holding one, and processes that hold other things."""
+    dev, proc = tmp_path / "dev", tmp_path / "proc"
+    dev.mkdir()
+    for name in ("neuron0", "neuron1", "null", "neuron_fake"):
+        (dev / name).touch()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "neuron0").touch()
+    fake_process(proc, 100, KERNEL_CMDLINE,
+                 {0: dev / "null", 5: dev / "neuron0", 6: dev / "neuron1", 7: dev / "neuron0"})
+    fake_process(proc, 200, ["python", "train.py"], {3: dev / "neuron1"})
+    fake_process(proc, 300, ["cat"], {1: dev / "neuron_fake", 2: tmp_path / "elsewhere" / "neuron0"})
+    (proc / "400").mkdir()  # a process that exited while we looked: no fd/ any more
+    (proc / "self").symlink_to(proc / "200")
+    return proc, dev
+
+
+def test_holders_found_with_pid_cmdline_devices_and_kernel_flag(machine):
+    proc, dev = machine
+    scan = neuron_device_holders(proc, dev, self_pid=200)
+    assert scan.holders == [
+        DeviceHolder(100, " ".join(KERNEL_CMDLINE), ("/dev/neuron0", "/dev/neuron1"),
+                     is_jupyter_kernel=True, is_this_process=False),
+        DeviceHolder(200, "python train.py", ("/dev/neuron1",),
+                     is_jupyter_kernel=False, is_this_process=True),
+    ]
+    assert [h.pid for h in scan.others] == [100]
+    assert "Jupyter kernel" in scan.others[0].describe()
+
+
+def test_cores_held_by_another_kernel_is_red_with_the_fix(machine):
+    proc, dev = machine
+    result = check_neuron_cores_free(proc, dev, self_pid=200)
+    assert not result.ok
+    assert "pid 100, a Jupyter kernel" in result.message
+    assert "ipykernel_launcher" in result.message
+    assert result.fix == FREE_CORES_FIX
+    assert "NEURON_RT_VISIBLE_CORES" in result.fix and "shut that kernel down" in result.fix
+
+
+def test_cores_held_only_by_this_process_is_green(machine):
+    proc, dev = machine
+    for link in (proc / "100" / "fd").iterdir():
+        link.unlink()
+    result = check_neuron_cores_free(proc, dev, self_pid=200)
+    assert result.ok, result
+    assert "this process has them open itself" in result.message
+    # Before launching workers that need every core, holding them ourselves is the problem.
+    result = check_neuron_cores_free(proc, dev, self_pid=200, allow_self=False)
+    assert not result.ok
+    assert "pid 200, this process" in result.message and "restart the kernel" in result.fix
+
+
+def test_holders_in_the_real_proc(tmp_path):
+    # This process and a child really open a file named like a Neuron device.
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "neuron3").touch()
+    with open(dev / "neuron3"), open(dev / "neuron3") as child_stdin:
+        child = subprocess.Popen(["sleep", "30"], stdin=child_stdin)
+        try:
+            scan = neuron_device_holders(Path("/proc"), dev)
+        finally:
+            child.kill()
+            child.wait()
+    by_pid = {h.pid: h for h in scan.holders}
+    assert set(by_pid) == {os.getpid(), child.pid}
+    assert by_pid[os.getpid()].is_this_process
+    assert by_pid[child.pid].cmdline == "sleep 30"
+    assert by_pid[child.pid].devices == ("/dev/neuron3",)
+
+
+def test_no_neuron_devices_is_green_and_says_so(tmp_path):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "dev").mkdir()
+    result = check_neuron_cores_free(tmp_path / "proc", tmp_path / "dev")
+    assert result.ok
+    assert "no Neuron devices on this machine" in result.message
+
+
+def backend(name, reason, neuronx=None, cores=0):
+    return Backend(name, reason, "2.9.0", "2.9.0", neuronx, cores)
+
+
+@pytest.mark.parametrize("chosen, ok", [
+    (backend("neuron", "torch-neuronx is installed and 2 NeuronCore(s) are visible", "2.9.0.2", 2), True),
+    (backend("xla-cpu", "torch-neuronx is not installed (no Trainium here)"), True),
+    (backend("xla-cpu", "PJRT_DEVICE=CPU was set", "2.9.0.2", 2), True),
+    (backend("xla-cpu", "torch-neuronx is installed but no NeuronCore is visible", "2.9.0.2"), False),
+    (backend("cpu", "torch-xla is not installed"), False),
+])
+def test_backend_check(chosen, ok):
+    result = check_backend(chosen)
+    assert result.ok is ok
+    assert chosen.reason in result.message
+    assert bool(result.fix) is not ok
+
+
+def test_pins_that_match_the_installed_packages_pass(tmp_path):
+    import torch
+    import torchvision
+
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text(f"# comment\n--extra-index-url https://example.invalid\n"
+                    f"torch=={torch.__version__.split('+')[0]}\n"
+                    f"torchvision=={torchvision.__version__.split('+')[0]}  # pinned\nnumpy\n")
+    neuron = tmp_path / "requirements-neuron.txt"
+    neuron.write_text("torch-neuronx==2.9.*\n")  # not installed here: the Neuron extras are optional
+    result = check_pins([reqs, neuron], packages=("torch", "torchvision", "torch-neuronx"))
+    assert result.ok, result
+    assert "torch " in result.message and "torchvision " in result.message
+
+
+def test_wrong_or_missing_pins_are_red_with_the_install_command(tmp_path):
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("torch==1.0.0\nno-such-package-for-this-test==1.0\n")
+    result = check_pins([reqs], packages=("torch", "no-such-package-for-this-test"))
+    assert not result.ok
+    assert "requirements.txt pins ==1.0.0" in result.message
+    assert "no-such-package-for-this-test is not installed" in result.message
+    assert f"pip install -r {reqs}" in result.fix
+
+
+def test_the_repo_pins_hold_in_this_venv():
+    assert check_pins().ok, check_pins().message
+
+
+@pytest.mark.parametrize("visible, instance, neuronx, ok, text", [
+    (2, "trn1.2xlarge", True, True, "2 NeuronCore(s) on trn1.2xlarge (torchrun worker counts: 1, 2)"),
+    (0, None, False, True, "the CPU stand-in needs none"),
+    (0, "trn1.2xlarge", True, False, "no NeuronCore is visible on trn1.2xlarge"),
+])
+def test_neuron_cores_visible(visible, instance, neuronx, ok, text):
+    result = check_neuron_cores_visible(visible, instance, neuronx)
+    assert result.ok is ok
+    assert text in result.message
+
+
+def test_mnist_missing_or_corrupt_is_red(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "train-images-idx3-ubyte").write_bytes(b"not mnist")
+    result = check_mnist(tmp_path)
+    assert not result.ok
+    assert "train-images-idx3-ubyte: md5" in result.message
+    assert "t10k-labels-idx1-ubyte: missing" in result.message
+    assert "make data" in result.fix
+
+
+def test_mnist_verified_files_are_green(tmp_path):
+    real = default_data_dir() / "MNIST" / "raw"
+    assert all((real / name).is_file() for name in IDX_MD5), f"no MNIST in {real}: run `make data`"
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in IDX_MD5:
+        (raw / name).symlink_to(real / name)
+    result = check_mnist(tmp_path)
+    assert result.ok, result
+    assert "md5s verified" in result.message
+
+
+def test_compile_cache_writable_or_not(tmp_path):
+    cache = tmp_path / "cache" / "neuron"
+    result = check_compile_cache({"NEURON_COMPILE_CACHE_URL": str(cache)}, stand_in=False)
+    assert result.ok and str(cache) in result.message and "NEURON_COMPILE_CACHE_URL" in result.message
+    assert not cache.exists()  # checking creates nothing
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = check_compile_cache({"NEURON_CC_FLAGS": f"--cache_dir={blocker}/cache",
+                                  "NEURON_COMPILE_CACHE_URL": str(cache)}, stand_in=False)
+    assert not result.ok
+    assert "--cache_dir in NEURON_CC_FLAGS" in result.message and "is not a directory" in result.message
+    assert "NEURON_COMPILE_CACHE_URL" in result.fix
+
+    result = check_compile_cache({"NEURON_COMPILE_CACHE_URL": "s3://bucket/cache"}, stand_in=True)
+    assert result.ok and "remote" in result.message and "does not use it" in result.message
+
+
+def test_torchrun_check(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    assert check_torchrun().ok
+    other = tmp_path / "bin"
+    other.mkdir()
+    (other / "torchrun").write_text("#!/bin/sh\n")
+    (other / "torchrun").chmod(0o755)
+    monkeypatch.setenv("PATH", str(other))
+    result = check_torchrun()
+    assert not result.ok
+    assert str(other / "torchrun") in result.message and "activate" in result.fix
+
+
+def test_shown_path():
+    assert shown_path(REPO_ROOT / "data" / "MNIST") == "data/MNIST"
+    assert shown_path("/var/tmp/x") == "/var/tmp/x"
+
+
+def test_checklist_shows_red_then_green_after_check_again(tmp_path):
+    fixed = tmp_path / "fixed"
+
+    def checks():
+        return [CheckResult("Always fine", True, "all good", ""),
+                CheckResult("Needs a file", fixed.exists(), "the file is " +
+                            ("there" if fixed.exists() else "missing"), f"touch {fixed}")]
+
+    checklist = Checklist(checks)
+    good, bad = checklist.rows.children
+    assert "checklist-ok" in good._dom_classes and OK_COLOUR in good.value
+    assert "checklist-fail" in bad._dom_classes and FAIL_COLOUR in bad.value
+    assert f"touch {fixed}" in bad.value and "the file is missing" in bad.value
+    assert not checklist.all_ok
+
+    bundle = checklist._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "<table>" in bundle["text/html"] and FAIL_COLOUR in bundle["text/html"]
+    assert bundle["text/plain"].splitlines() == [
+        "[OK ] Always fine: all good", "[FIX] Needs a file: the file is missing",
+        f"      fix: touch {fixed}"]
+
+    fixed.touch()
+    checklist.button.click()
+    assert checklist.all_ok
+    assert all("checklist-ok" in row._dom_classes for row in checklist.rows.children)
+    assert "the file is there" in checklist.rows.children[1].value
+    assert FAIL_COLOUR not in checklist._repr_mimebundle_()["text/html"]

@@ -1,0 +1,201 @@
+"""The launcher against real processes: tiny worker scripts written here, a real torchrun (2 ranks)."""
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers.torchrun_launcher import (CommandFailed, CommandTimedOut, lines_by_rank,
+                                       run_streaming, run_torchrun, torchrun_argv,
+                                       torchrun_command_line)
+
+
+def write_script(path: Path, body: str) -> Path:
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+# A worker blocks in wait_for(go_file) until the test creates go_file, which the test only
+# does once it has received the worker's first line: that line must have been streamed, not
+# collected when the worker exited.
+WAIT_FOR = """
+import os, sys, time
+
+def wait_for(path):
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            sys.exit("go file never appeared: the output was not streamed")
+        time.sleep(0.05)
+"""
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_run_streaming_delivers_lines_while_the_process_runs(tmp_path):
+    go_file = tmp_path / "go"
+    script = write_script(tmp_path / "one.py", WAIT_FOR + f"""
+print("first line", flush=True)
+wait_for({str(go_file)!r})
+print("after go")
+""")
+    received = []
+
+    def on_line(line):
+        received.append(line)
+        if line == "first line":
+            go_file.touch()
+
+    result = run_streaming([sys.executable, str(script)], timeout=30, on_line=on_line)
+    assert result.returncode == 0
+    assert received == ["first line", "after go"] == result.lines
+
+
+def test_run_streaming_skips_progress_bar_redraws(tmp_path):
+    script = write_script(tmp_path / "bar.py", r"""
+        import sys
+        sys.stderr.write("step 1\rstep 2\rstep 3 done\n")
+        print("end")
+    """)
+    result = run_streaming([sys.executable, str(script)], timeout=30, on_line=lambda _: None)
+    assert result.lines == ["step 3 done", "end"]
+
+
+def test_run_streaming_failure_carries_the_last_lines(tmp_path):
+    script = write_script(tmp_path / "fail.py", """
+        print("working")
+        raise SystemExit("disk full on purpose")
+    """)
+    with pytest.raises(CommandFailed) as failure:
+        run_streaming([sys.executable, str(script)], timeout=30, on_line=lambda _: None)
+    assert failure.value.returncode == 1
+    assert "disk full on purpose" in failure.value.summary
+    assert "disk full on purpose" in str(failure.value)
+    assert failure.value.lines[0] == "working"
+
+
+def test_run_streaming_timeout_stops_the_child_and_its_children(tmp_path):
+    pid_file = tmp_path / "sleeper.pid"
+    cmd = ["sh", "-c", f"sleep 300 & echo $! > {pid_file}; echo started; wait"]
+    with pytest.raises(CommandTimedOut) as timeout:
+        run_streaming(cmd, timeout=2, on_line=lambda _: None)
+    assert "stopped the whole process tree" in str(timeout.value)
+    assert timeout.value.lines == ["started"]
+    assert not is_alive(int(pid_file.read_text()))
+
+
+def test_torchrun_streams_every_rank_prefixed_before_the_workers_exit(tmp_path):
+    go_file = tmp_path / "go"
+    script = write_script(tmp_path / "worker.py", WAIT_FOR + f"""
+rank = os.environ["RANK"]
+print(f"ready {{rank}}", flush=True)
+wait_for({str(go_file)!r})
+print(f"done {{rank}}", file=sys.stderr)
+""")
+    ready = set()
+
+    def on_line(line):
+        for rank in ("0", "1"):
+            if line == f"[rank{rank}]: ready {rank}":
+                ready.add(rank)
+        if ready == {"0", "1"}:
+            go_file.touch()
+
+    result = run_torchrun(script, nproc_per_node=2, timeout=40, on_line=on_line)
+    assert result.returncode == 0
+    assert result.lines_by_rank() == {0: ["ready 0", "done 0"], 1: ["ready 1", "done 1"]}
+
+
+def test_torchrun_failing_rank_error_is_in_the_exception(tmp_path):
+    script = write_script(tmp_path / "fails.py", """
+        import os
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        @record
+        def main():
+            if os.environ["RANK"] == "1":
+                raise RuntimeError("rank one exploded")
+
+        main()
+    """)
+    with pytest.raises(CommandFailed) as failure:
+        run_torchrun(script, nproc_per_node=2, timeout=40, on_line=lambda _: None)
+    summary = failure.value.summary
+    assert summary.startswith("Rank 1 failed (exit code 1)")
+    assert "Root Cause (first observed failure)" in summary
+    assert "RuntimeError: rank one exploded" in summary
+    assert "RuntimeError: rank one exploded" in str(failure.value)
+
+
+def test_torchrun_failure_without_record_shows_that_ranks_own_output(tmp_path):
+    script = write_script(tmp_path / "fails_plain.py", """
+        import os
+        print("rank", os.environ["RANK"], "starting", flush=True)
+        if os.environ["RANK"] == "0":
+            raise ValueError("bad shard on rank zero")
+    """)
+    with pytest.raises(CommandFailed) as failure:
+        run_torchrun(script, nproc_per_node=2, timeout=40, on_line=lambda _: None)
+    summary = failure.value.summary
+    assert summary.startswith("Rank 0 failed (exit code 1)")
+    own_part = summary.split("Last lines of rank 0:")[1]
+    assert "ValueError: bad shard on rank zero" in own_part
+    assert "rank 1 starting" not in own_part
+
+
+def test_torchrun_hang_times_out_and_no_worker_survives(tmp_path):
+    script = write_script(tmp_path / "hangs.py", f"""
+        import os, signal, time
+        rank = os.environ["RANK"]
+        if rank == "1":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends this one
+        open(os.path.join({str(tmp_path)!r}, f"worker{{rank}}.pid"), "w").write(str(os.getpid()))
+        print("hanging", flush=True)
+        time.sleep(600)
+    """)
+    with pytest.raises(CommandTimedOut) as timeout:
+        run_torchrun(script, nproc_per_node=2, timeout=10, on_line=lambda _: None)
+    assert "stopped the whole process tree" in str(timeout.value)
+    pid_files = sorted(tmp_path.glob("worker*.pid"))
+    assert [p.name for p in pid_files] == ["worker0.pid", "worker1.pid"], \
+        "the workers did not start within the timeout: raise it"
+    survivors = [int(p.read_text()) for p in pid_files if is_alive(int(p.read_text()))]
+    assert survivors == []
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, "2", True])
+def test_bad_worker_count_is_refused_before_launching(tmp_path, workers):
+    marker = tmp_path / "ran"
+    script = write_script(tmp_path / "never.py", f"open({str(marker)!r}, 'w').close()\n")
+    with pytest.raises(ValueError, match="nproc_per_node"):
+        run_torchrun(script, nproc_per_node=workers, timeout=30)
+    assert not marker.exists()
+
+
+def test_two_node_commands():
+    rank0 = torchrun_command_line("mnist_mlp/train_torchrun.py", ["--epochs", "1"],
+                                  nproc_per_node=2, nnodes=2, node_rank=0,
+                                  master_addr="10.0.0.1")
+    assert rank0 == ("torchrun --nproc_per_node=2 --nnodes=2 --node_rank=0 "
+                     "--master_addr=10.0.0.1 --master_port=29500 "
+                     "mnist_mlp/train_torchrun.py --epochs 1")
+    argv = torchrun_argv("train.py", nproc_per_node=32, nnodes=2, node_rank=1,
+                         master_addr="10.0.0.1", master_port=1234, python="py")
+    assert argv == ["py", "-m", "torch.distributed.run", "--nproc_per_node=32", "--nnodes=2",
+                    "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=1234", "--tee=3",
+                    "train.py"]
+    with pytest.raises(ValueError, match="master_addr"):
+        torchrun_argv("train.py", nproc_per_node=2, nnodes=2, node_rank=1)
+    with pytest.raises(ValueError, match="node_rank"):
+        torchrun_argv("train.py", nproc_per_node=2, nnodes=2, node_rank=2, master_addr="h")
+
+
+def test_lines_by_rank_drops_torchrun_own_lines():
+    lines = ["W1121 torchrun says", "[rank0]: a", "[rank1]: b", "[rank0]: c", "[rank10]: d"]
+    assert lines_by_rank(lines) == {0: ["a", "c"], 1: ["b"], 10: ["d"]}
