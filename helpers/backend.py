@@ -172,12 +172,13 @@ def select_backend(xla: bool = True, *, sysfs: Path = NEURON_SYSFS,
         return Backend("neuron", f"torch-neuronx is installed and {cores} NeuronCore(s) are visible",
                        neuron_cores=cores, **versions)
     if has_xla:
-        if forced_cpu:
-            reason = "PJRT_DEVICE=CPU was set"
-        elif has_neuronx:
+        # The reason that decided: PJRT_DEVICE=CPU only matters where Neuron could have run.
+        if not has_neuronx:
+            reason = "torch-neuronx is not installed (no Trainium here)"
+        elif cores == 0:
             reason = "torch-neuronx is installed but no NeuronCore is visible"
         else:
-            reason = "torch-neuronx is not installed (no Trainium here)"
+            reason = "PJRT_DEVICE=CPU was set (forces the stand-in)"
         # Must be set before torch_xla initialises its runtime, or it would pick another device.
         if "torch_xla" in sys.modules and os.environ.get("PJRT_DEVICE", "CPU").upper() != "CPU":
             raise RuntimeError("torch_xla was imported with PJRT_DEVICE="

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 
 import ipywidgets as W
 
@@ -26,6 +27,13 @@ UNSET = "(unset)"
 
 def _pre(text: str) -> str:
     return f"<pre style='white-space: pre-wrap; margin: 0'>{html.escape(text)}</pre>"
+
+
+def _with_text(bundle, text: str):
+    """A widget's display bundle with `text` as its text/plain."""
+    bundle = dict(bundle or {})
+    bundle["text/plain"] = text
+    return bundle
 
 
 def _row_label(e: cc.Entry) -> str:
@@ -99,7 +107,14 @@ class CacheBrowser:
         self.refresh()
 
     def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        return _with_text(self.widget._repr_mimebundle_(**kwargs), self.summary())
+
+    def summary(self) -> str:
+        """One line saying what the browser shows: its plain-text form where widgets do not
+        render (GitHub, a terminal), instead of ipywidgets' repr of every child widget."""
+        if self.scan is None:
+            return "CacheBrowser: " + html.unescape(re.sub(r"<[^>]+>", "", self.header.value))
+        return f"CacheBrowser over {self.scan.root}: {self.scan.summary()}"
 
     # -- reading
     def refresh(self) -> None:
@@ -250,7 +265,11 @@ class FlagsEditor:
         self.reload()
 
     def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        return _with_text(self.widget._repr_mimebundle_(**kwargs), self.summary())
+
+    def summary(self) -> str:
+        """The flags being edited, as one line (the editor's plain-text form)."""
+        return f"FlagsEditor: {nf.ENV_VAR}={self.text.value!r}"
 
     def reload(self) -> None:
         self.text.value = self.env.get(nf.ENV_VAR, "")

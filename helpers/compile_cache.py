@@ -13,6 +13,9 @@ second run fast. Its layout (current Neuron SDK):
                                    recompiling until NEURON_CC_FLAGS has --retry_failed_compilation)
         model.hlo_module.pb.lock   while a compile runs (or left behind by a crash)
 
+`build_demo_cache(root)` writes a small cache in this layout, every state in it, for notebook 03
+and the tests.
+
 Older SDKs (2022) wrote USER_neuroncc-<version>/MODULE_<hash>/<graph>/<uuid>/<graph>.neff; both
 hash styles (decimal and hex) are read, and anything not recognised is listed as unknown.
 torch-xla's own persistent cache (torch_xla.runtime.initialize_cache) is one file per graph,
@@ -45,6 +48,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 from helpers import neuron_flags
 
@@ -265,6 +269,13 @@ class CacheScan:
         versions = set(versions or ())
         return [e for e in self.entries if e.state in states
                 and (not versions or e.version_dir in versions or e.compiler_version in versions)]
+
+    def without(self, plans) -> "CacheScan":
+        """This scan minus the entries the plans remove: what a plan made after them should
+        see, so no entry is listed twice and a size budget counts what will be left."""
+        gone = {i.key for p in plans for i in p.items if i.kind == "entry"}
+        return CacheScan(self.root, [e for e in self.entries if e.key not in gone],
+                         self.unknown, self.notes, self.scanned_at)
 
     def find(self, key: str) -> Entry:
         """An entry by key, by its MODULE_ directory name, or by a unique prefix of its hash."""
@@ -1053,6 +1064,115 @@ def _merge_entry(e: Entry, dest: Path, root: Path, compilers) -> str:
     return outcome
 
 
+# ---------------------------------------------------------------- a demo cache
+
+
+class DemoEntry(NamedTuple):
+    version_dir: str
+    module: str
+    files: dict  # relative name -> bytes, str, or an int: a sparse file of that many bytes
+    age_s: float  # how long ago its files were last written
+    lock_age_s: float | None  # age of a model.hlo_module.pb.lock, or None for no lock
+
+    @property
+    def key(self) -> str:
+        return f"{self.version_dir}/{self.module}"
+
+
+DEMO_VERSION = "2.21.33363.0+82129205"
+DEMO_OLD_VERSION = "2.8.0.25+a3ad0f342"
+DEMO_LEGACY_VERSION = "2.4.0.21+b7621be18"
+_DAY = 86400
+_CUR, _OLD, _LEGACY = (f"neuronxcc-{DEMO_VERSION}", f"neuronxcc-{DEMO_OLD_VERSION}",
+                       f"USER_neuroncc-{DEMO_LEGACY_VERSION}")
+DEMO_BIG_NEFF = 2 * 1024**3  # sparse: 2 GiB apparent, next to nothing on disk
+DEMO_FLAGS = ["--target=trn1", "--model-type=transformer"]
+DEMO_FAILED_LOG = "\n".join([f"INFO compiler pass {i}" for i in range(40)]
+                            + ["ERROR 103915 [neuronx-cc]: Error class:    KeyError",
+                               "Compiler status ERROR"]) + "\n"
+_LEGACY_GRAPH = ("MODULE_0_SyncTensorsGraph.305_16554925436865022292_"
+                 "ip-172-31-55-249-6c54106d-25758-5f5ddf7b170ab")
+_LEGACY_RUN = f"{_LEGACY_GRAPH}/2afbe37c-93ff-4f66-88d0-0e8e5d98e497/{_LEGACY_GRAPH}"
+# One entry in each state, in the layouts of today's compiler, an older one and the 2022 SDK.
+DEMO_ENTRIES = {
+    "done_hex": DemoEntry(_CUR, "MODULE_50a122f44c378e1567a4+ede6753c",
+                          {"model.hlo_module.pb": b"h" * 300, "compile_flags.json": json.dumps(DEMO_FLAGS),
+                           "model.neff": b"n" * 8000, "model.done": b""}, 2 * _DAY, None),
+    "done_big": DemoEntry(_CUR, "MODULE_77f1b8fbe51833738f1c+24129607",
+                          {"model.hlo_module.pb": b"h" * 300, "compile_flags.json": json.dumps(DEMO_FLAGS),
+                           "model.neff": DEMO_BIG_NEFF, "model.done": b""}, 1 * _DAY, None),
+    "failed": DemoEntry(_CUR, "MODULE_17890aeca56402771161+24129607",
+                        {"model.hlo_module.pb": b"h" * 300, "compile_flags.json": json.dumps(DEMO_FLAGS),
+                         "model.log": DEMO_FAILED_LOG}, 3 * _DAY, None),
+    "failed_with_link": DemoEntry(_CUR, "MODULE_0b0ead5e2dfe538e89a4+2c2d707e",
+                                  {"model.hlo_module.pb": b"h" * 100, "model.log": "boom\n"},
+                                  4 * _DAY, None),
+    "locked_fresh": DemoEntry(_CUR, "MODULE_aaaa0000aaaa0000aaaa+ede6753c",
+                              {"model.hlo_module.pb": b"h" * 100, "compile_flags.json": "[]"}, 60, 60),
+    "locked_stale": DemoEntry(_CUR, "MODULE_bbbb0000bbbb0000bbbb+ede6753c",
+                              {"model.hlo_module.pb": b"h" * 100, "compile_flags.json": "[]"},
+                              2 * 3600, 2 * 3600),
+    "incomplete": DemoEntry(_CUR, "MODULE_cccc0000cccc0000cccc+ede6753c",
+                            {"model.hlo_module.pb": b"h" * 100}, 5 * _DAY, None),
+    "bad_flags": DemoEntry(_CUR, "MODULE_dddd0000dddd0000dddd+ede6753c",
+                           {"model.hlo_module.pb": b"h" * 100, "compile_flags.json": "{not json",
+                            "model.neff": b"n" * 500, "model.done": b""}, 6 * _DAY, None),
+    "old_done": DemoEntry(_OLD, "MODULE_198775565831884870+d41d8cd9",
+                          {"model.hlo_module.pb": b"h" * 200, "compile_flags.json": '["--target=trn1"]',
+                           "model.neff": b"n" * 3000, "model.done": b""}, 100 * _DAY, None),
+    "old_failed": DemoEntry(_OLD, "MODULE_12486829708343293975+d41d8cd9",
+                            {"model.hlo_module.pb": b"h" * 200, "model.log": "failed long ago\n"},
+                            90 * _DAY, None),
+    "old_locked_fresh": DemoEntry(_OLD, "MODULE_3024185903572207584+e30acd3a",
+                                  {"model.hlo_module.pb": b"h" * 200}, 30, 30),
+    "legacy": DemoEntry(_LEGACY, "MODULE_16554925436865022292",
+                        {f"{_LEGACY_RUN}.neff": b"n" * 700, f"{_LEGACY_RUN}.hlo.pb": b"h" * 50},
+                        400 * _DAY, None),
+}
+
+
+def _set_mtime(path: Path, t: float) -> None:
+    os.utime(path, (t, t), follow_symlinks=False)
+
+
+def build_demo_cache(root: str | os.PathLike, labels=None, *, now: float | None = None) -> Path:
+    """Write a small compile cache in the real layout under root (which must be new or empty):
+    the DEMO_ENTRIES named by labels (default all), done, failed, locked and incomplete.
+
+    now: the time the entries' ages count back from (default: the clock; pass a fixed one for
+    the same listing every run). Lock ages always count from the clock, since a lock is stale
+    or not against the time it is judged at. Returns root.
+    """
+    root = Path(root).expanduser()
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise CompileCacheError(f"{root} exists and is not an empty directory: build the demo "
+                                "cache in a new directory (it would mix with what is there)")
+    labels = list(DEMO_ENTRIES if labels is None else labels)
+    unknown = [label for label in labels if label not in DEMO_ENTRIES]
+    if unknown:
+        raise ValueError(f"unknown demo entries {unknown}: choose from {', '.join(DEMO_ENTRIES)}")
+    clock = time.time()
+    now = clock if now is None else now
+    root.mkdir(parents=True, exist_ok=True)
+    for label in labels:
+        spec = DEMO_ENTRIES[label]
+        entry = root / spec.key
+        for name, content in spec.files.items():
+            path = entry / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, int):
+                with open(path, "wb") as f:
+                    f.truncate(content)
+            else:
+                path.write_bytes(content if isinstance(content, bytes) else content.encode())
+            _set_mtime(path, now - spec.age_s)
+        if spec.lock_age_s is not None:
+            lock = entry / "model.hlo_module.pb.lock"
+            lock.write_bytes(b"")
+            _set_mtime(lock, clock - spec.lock_age_s)
+    return root
+
+
 # ---------------------------------------------------------------- CLI
 
 
@@ -1198,16 +1318,18 @@ def main(argv=None) -> int:
             lock_age = args.lock_age_minutes * 60
             scan = scan_cache(root)
             compilers = compiler_processes()
+            # Each plan sees what the earlier ones leave: an entry is listed once, and the size
+            # budget is measured after the failed and other-version entries are gone.
             plans = []
             if args.stale_locks:
                 plans.append(plan_clear_stale_locks(scan, lock_age, compilers))
             if args.failed:
-                plans.append(plan_remove_failed(scan))
+                plans.append(plan_remove_failed(scan.without(plans)))
             if args.other_versions:
-                plans.append(plan_remove_other_versions(scan, args.keep_version, lock_age,
-                                                        compilers))
+                plans.append(plan_remove_other_versions(scan.without(plans), args.keep_version,
+                                                        lock_age, compilers))
             if args.max_size is not None or args.older_than_days is not None:
-                plans.append(plan_prune(scan, args.max_size, args.older_than_days))
+                plans.append(plan_prune(scan.without(plans), args.max_size, args.older_than_days))
             results = []
             if not args.json:
                 for plan in plans:

@@ -194,7 +194,8 @@ def explain(commands: PrecompileCommands, trial_steps: int) -> str:
         f"  2. {commands.shell()['run']}",
         "     the real run, with the same options: every graph it traces is already compiled.",
         "Here only the short trial runs, without the wrapper, on the XLA CPU stand-in: it shows",
-        "how many graphs the script traces. CPU compiles take milliseconds and write no cache.",
+        "how many graphs the script traces. CPU compiles take under a second and write no",
+        "Neuron cache.",
     ])
 
 

@@ -136,7 +136,8 @@ def test_pjrt_device_cpu_forces_stand_in_even_with_cores(tmp_path):
     sysfs = make_sysfs(tmp_path / "sys", [2])
     out = run_select(tmp_path, SELECT.format(sysfs=str(sysfs), dev=str(tmp_path / "nodev")),
                      extra_path=fake_torch_neuronx(tmp_path), env_extra={"PJRT_DEVICE": "CPU"})
-    assert out.splitlines()[0] == "xla-cpu CPU 2"
+    first, summary = out.splitlines()
+    assert first == "xla-cpu CPU 2" and "PJRT_DEVICE=CPU was set" in summary
 
 
 def test_plain_cpu_without_torch_xla(tmp_path):

@@ -125,3 +125,19 @@ def test_flags_editor_text_drives_controls_and_rejects_bad_quotes():
     assert ed.apply() is None and env == {}
     ed.reload_button.click()
     assert ed.text.value == ""
+
+
+def test_plain_text_form_is_one_readable_line(tree, tmp_path):
+    # Where widgets do not render (GitHub, nbval's comparison), text/plain is what shows.
+    b = CacheBrowser(tree.root)
+    bundle = b._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"] == (f"CacheBrowser over {tree.root.resolve()}: 12 entries (done 5, "
+                                    f"failed 3, locked 3, incomplete 1); "
+                                    + cc.scan_cache(tree.root).summary().split("); ")[1])
+    missing = CacheBrowser(tmp_path / "missing")
+    text = missing._repr_mimebundle_()["text/plain"]
+    assert text.startswith("CacheBrowser: no compile cache at") and "<b" not in text
+    ed = FlagsEditor(env={"NEURON_CC_FLAGS": "--retry_failed_compilation"})
+    assert ed._repr_mimebundle_()["text/plain"] == (
+        "FlagsEditor: NEURON_CC_FLAGS='--retry_failed_compilation'")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import compile_cache as cc
 from tests.test_compile_cache_layouts import (CUR_DIR, OLD, OLD_DIR, build_cache_tree,
                                               outside_snapshot)
 
@@ -144,3 +145,22 @@ def test_unreadable_root(tmp_path):
         root.chmod(0o700)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "cannot read the compile cache" in r.stderr and "Permission denied" in r.stderr
+
+
+def test_combined_prune_lists_each_entry_once_and_budgets_what_is_left(tree):
+    # Failed and other-version entries go first; the LRU budget counts what they leave, so it
+    # does not also take done entries to free bytes the earlier plans already free.
+    r = cli("prune", "--failed", "--other-versions", "--keep-version", cc.DEMO_VERSION,
+            "--max-size", "0", "--json", "--dry-run", "--root", tree.root)
+    assert r.returncode == 0, r.stderr
+    failed, versions, lru = json.loads(r.stdout)["plans"]
+    listed = [i["key"] for plan in (failed, versions, lru) for i in plan["items"]]
+    assert len(listed) == len(set(listed)) == 9  # every entry but the 3 locked, once
+    assert {i["key"] for i in versions["items"]} == {tree.key("old_done"), tree.key("legacy")}
+    scan = cc.scan_cache(tree.root)
+    after_first_two = scan.disk_bytes - sum(i["disk_bytes"] for i in failed["items"] + versions["items"])
+    budget = after_first_two - 1  # one byte over: only the least recently used entry left goes
+    r = cli("prune", "--failed", "--other-versions", "--keep-version", cc.DEMO_VERSION,
+            "--max-size", budget, "--json", "--dry-run", "--root", tree.root)
+    lru = json.loads(r.stdout)["plans"][2]
+    assert [i["key"] for i in lru["items"]] == [tree.key("bad_flags")]

@@ -1,12 +1,12 @@
 """Cache trees in the real Neuron layouts, built here, and how helpers.compile_cache reads them.
 
-`build_cache_tree` is shared by the other compile-cache tests (CLI, archives, widgets).
+`build_cache_tree` (helpers.compile_cache.build_demo_cache plus symlinks and strays) is
+shared by the other compile-cache tests (CLI, archives, widgets).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,57 +15,16 @@ import pytest
 
 from helpers import compile_cache as cc
 
-CURRENT = "2.21.33363.0+82129205"
-OLD = "2.8.0.25+a3ad0f342"
-LEGACY = "2.4.0.21+b7621be18"
+# The tree's entries come from helpers.compile_cache.DEMO_ENTRIES (notebook 03 shows the same
+# tree); the states expected of them are spelled out here, independently.
+CURRENT, OLD, LEGACY = cc.DEMO_VERSION, cc.DEMO_OLD_VERSION, cc.DEMO_LEGACY_VERSION
 CUR_DIR = f"neuronxcc-{CURRENT}"
 OLD_DIR = f"neuronxcc-{OLD}"
 LEGACY_DIR = f"USER_neuroncc-{LEGACY}"
 DAY = 86400
-BIG_NEFF = 2 * 1024**3  # sparse: 2 GiB apparent, next to nothing on disk
-LEGACY_GRAPH = ("MODULE_0_SyncTensorsGraph.305_16554925436865022292_"
-                "ip-172-31-55-249-6c54106d-25758-5f5ddf7b170ab")
-FAILED_LOG = "\n".join([f"INFO compiler pass {i}" for i in range(40)]
-                       + ["ERROR 103915 [neuronx-cc]: Error class:    KeyError",
-                          "Compiler status ERROR"]) + "\n"
+BIG_NEFF = 2 * 1024**3
 FLAGS = ["--target=trn1", "--model-type=transformer"]
-
-# label -> (version dir, MODULE dir, files, age of the files in seconds, lock age or None)
-ENTRIES = {
-    "done_hex": (CUR_DIR, "MODULE_50a122f44c378e1567a4+ede6753c",
-                 {"model.hlo_module.pb": b"h" * 300, "compile_flags.json": json.dumps(FLAGS),
-                  "model.neff": b"n" * 8000, "model.done": b""}, 2 * DAY, None),
-    "done_big": (CUR_DIR, "MODULE_77f1b8fbe51833738f1c+24129607",
-                 {"model.hlo_module.pb": b"h" * 300, "compile_flags.json": json.dumps(FLAGS),
-                  "model.neff": BIG_NEFF, "model.done": b""}, 1 * DAY, None),
-    "failed": (CUR_DIR, "MODULE_17890aeca56402771161+24129607",
-               {"model.hlo_module.pb": b"h" * 300, "compile_flags.json": json.dumps(FLAGS),
-                "model.log": FAILED_LOG}, 3 * DAY, None),
-    "failed_with_link": (CUR_DIR, "MODULE_0b0ead5e2dfe538e89a4+2c2d707e",
-                         {"model.hlo_module.pb": b"h" * 100, "model.log": "boom\n"}, 4 * DAY, None),
-    "locked_fresh": (CUR_DIR, "MODULE_aaaa0000aaaa0000aaaa+ede6753c",
-                     {"model.hlo_module.pb": b"h" * 100, "compile_flags.json": "[]"}, 60, 60),
-    "locked_stale": (CUR_DIR, "MODULE_bbbb0000bbbb0000bbbb+ede6753c",
-                     {"model.hlo_module.pb": b"h" * 100, "compile_flags.json": "[]"},
-                     2 * 3600, 2 * 3600),
-    "incomplete": (CUR_DIR, "MODULE_cccc0000cccc0000cccc+ede6753c",
-                   {"model.hlo_module.pb": b"h" * 100}, 5 * DAY, None),
-    "bad_flags": (CUR_DIR, "MODULE_dddd0000dddd0000dddd+ede6753c",
-                  {"model.hlo_module.pb": b"h" * 100, "compile_flags.json": "{not json",
-                   "model.neff": b"n" * 500, "model.done": b""}, 6 * DAY, None),
-    "old_done": (OLD_DIR, "MODULE_198775565831884870+d41d8cd9",
-                 {"model.hlo_module.pb": b"h" * 200, "compile_flags.json": '["--target=trn1"]',
-                  "model.neff": b"n" * 3000, "model.done": b""}, 100 * DAY, None),
-    "old_failed": (OLD_DIR, "MODULE_12486829708343293975+d41d8cd9",
-                   {"model.hlo_module.pb": b"h" * 200, "model.log": "failed long ago\n"},
-                   90 * DAY, None),
-    "old_locked_fresh": (OLD_DIR, "MODULE_3024185903572207584+e30acd3a",
-                         {"model.hlo_module.pb": b"h" * 200}, 30, 30),
-    "legacy": (LEGACY_DIR, "MODULE_16554925436865022292",
-               {f"{LEGACY_GRAPH}/2afbe37c-93ff-4f66-88d0-0e8e5d98e497/{LEGACY_GRAPH}.neff": b"n" * 700,
-                f"{LEGACY_GRAPH}/2afbe37c-93ff-4f66-88d0-0e8e5d98e497/{LEGACY_GRAPH}.hlo.pb": b"h" * 50},
-               400 * DAY, None),
-}
+ENTRIES = cc.DEMO_ENTRIES
 STATE_OF = {"done_hex": "done", "done_big": "done", "failed": "failed",
             "failed_with_link": "failed", "locked_fresh": "locked", "locked_stale": "locked",
             "incomplete": "incomplete", "bad_flags": "done", "old_done": "done",
@@ -79,41 +38,22 @@ class CacheTree:
     now: float
 
     def key(self, label: str) -> str:
-        version_dir, module = ENTRIES[label][:2]
-        return f"{version_dir}/{module}"
+        return ENTRIES[label].key
 
     def path(self, label: str) -> Path:
         return self.root / self.key(label)
 
 
-def _set_age(path: Path, age_s: float, now: float) -> None:
-    os.utime(path, (now - age_s, now - age_s), follow_symlinks=False)
-
-
 def build_cache_tree(base: Path, labels=None) -> CacheTree:
-    """Build the cache under base/cache and the symlink targets under base/outside."""
+    """The demo cache under base/cache, plus symlinks out of it to targets under base/outside
+    and stray items (full tree only)."""
     now = time.time()
     root, outside = base / "cache", base / "outside"
     (outside / "entry_dir").mkdir(parents=True)
     (outside / "secret.txt").write_text("outside the cache: must never be touched\n")
     (outside / "entry_dir" / "model.neff").write_bytes(b"outside neff")
     (outside / "entry_dir" / "model.done").write_bytes(b"")
-    for label in labels or ENTRIES:
-        version_dir, module, files, age, lock_age = ENTRIES[label]
-        entry = root / version_dir / module
-        for name, content in files.items():
-            path = entry / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, int):
-                with open(path, "wb") as f:
-                    f.truncate(content)  # sparse
-            else:
-                path.write_bytes(content if isinstance(content, bytes) else content.encode())
-            _set_age(path, age, now)
-        if lock_age is not None:
-            lock = entry / "model.hlo_module.pb.lock"
-            lock.write_bytes(b"")
-            _set_age(lock, lock_age, now)
+    cc.build_demo_cache(root, labels, now=now)
     if labels is None:
         cur = root / CUR_DIR
         (cur / "MODULE_0b0ead5e2dfe538e89a4+2c2d707e" / "notes.lnk").symlink_to(outside / "secret.txt")
@@ -265,3 +205,33 @@ def test_parse_and_human_sizes():
         cc.parse_size("five gigs")
     assert cc.human_bytes(BIG_NEFF) == "2.0 GiB"
     assert cc.human_bytes(512) == "512 B"
+
+
+def test_demo_cache_with_a_fixed_clock(tmp_path):
+    fixed = time.mktime((2025, 6, 2, 9, 0, 0, 0, 0, -1))
+    root = cc.build_demo_cache(tmp_path / "demo", now=fixed)
+    scan = cc.scan_cache(root)
+    assert scan.by_state() == {"done": 5, "failed": 3, "locked": 3, "incomplete": 1}
+    old = scan.find(ENTRIES["old_done"].key)
+    assert old.last_used == fixed - 100 * DAY  # the listing is the same on every run
+    assert cc.short_time(scan.find(ENTRIES["done_hex"].key).last_used) == "2025-05-31 09:00"
+    # Locks count from the real clock, so the fresh one is fresh whatever `now` was.
+    fresh = scan.find(ENTRIES["locked_fresh"].key)
+    assert fresh.lock_age_s < 5 * 60
+    plan = cc.plan_clear_stale_locks(scan, compilers=[])
+    assert {i.key for i in plan.items} == {f"{ENTRIES['locked_stale'].key}/model.hlo_module.pb.lock"}
+
+
+def test_demo_cache_refuses_a_used_directory_and_unknown_labels(tmp_path):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "notes.txt").write_text("mine")
+    with pytest.raises(cc.CompileCacheError, match="not an empty directory"):
+        cc.build_demo_cache(used)
+    assert sorted(p.name for p in used.iterdir()) == ["notes.txt"]  # nothing added
+    with pytest.raises(ValueError, match="unknown demo entries"):
+        cc.build_demo_cache(tmp_path / "new", labels=["done_hex", "nope"])
+    assert not (tmp_path / "new").exists()
+    subset = cc.build_demo_cache(tmp_path / "subset", labels=["done_hex", "failed"])
+    assert {e.key: e.state for e in cc.scan_cache(subset).entries} == {
+        ENTRIES["done_hex"].key: "done", ENTRIES["failed"].key: "failed"}
