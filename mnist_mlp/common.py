@@ -139,14 +139,12 @@ def evaluate(model, loader, device) -> tuple[int, int]:
     return int(correct.cpu()), total
 
 
-def compile_stats() -> tuple[int | None, float | None]:
+def compile_stats() -> tuple[int, float]:
     """(graphs compiled, seconds spent compiling) so far in this process, from torch_xla's metrics."""
-    import torch_xla.debug.metrics as met
+    from helpers.xla_metrics import read_compile_metrics
 
-    graphs = met.counter_value("UncachedCompile") or 0
-    data = met.metric_data("CompileTime")
-    seconds = data[1] / 1e9 if data else 0.0  # total, in nanoseconds
-    return graphs, seconds
+    totals = read_compile_metrics()
+    return int(totals["UncachedCompile"]), totals["compile_time_s"]
 
 
 def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_loader, device, *,

@@ -37,6 +37,9 @@ def main(argv=None):
     device = backend.device
     train_loader, test_loader = mnist_loaders(args)
 
+    # A batch-32 MLP is too small to split across threads: more threads only contend (on a
+    # busy 2-core machine, ten times slower). Notebook 01 and the benchmark do the same.
+    torch.set_num_threads(1)
     torch.manual_seed(args.seed)  # the same initial weights every run
     model = MLP().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
