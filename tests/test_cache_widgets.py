@@ -5,16 +5,11 @@ import pytest
 
 from helpers import compile_cache as cc
 from helpers.cache_widgets import ALL, UNSET, CacheBrowser, FlagsEditor
+from tests.test_compile_cache_layouts import tree  # noqa: F401  (the shared fixture)
 from tests.test_compile_cache_layouts import (CUR_DIR, CURRENT, OLD, OLD_DIR, build_cache_tree,
                                               outside_snapshot)
 
 
-@pytest.fixture
-def tree(tmp_path):
-    t = build_cache_tree(tmp_path)
-    before = outside_snapshot(t)
-    yield t
-    assert outside_snapshot(t) == before
 
 
 def test_header_table_and_filters(tree):

@@ -8,15 +8,10 @@ import tarfile
 import pytest
 
 from helpers import compile_cache as cc
+from tests.test_compile_cache_layouts import tree  # noqa: F401  (the shared fixture)
 from tests.test_compile_cache_layouts import CUR_DIR, OLD, OLD_DIR, build_cache_tree, outside_snapshot
 
 
-@pytest.fixture
-def tree(tmp_path):
-    t = build_cache_tree(tmp_path)
-    before = outside_snapshot(t)
-    yield t
-    assert outside_snapshot(t) == before
 
 
 def tree_files(root):

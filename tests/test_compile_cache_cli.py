@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import compile_cache as cc
+from tests.test_compile_cache_layouts import tree  # noqa: F401  (the shared fixture)
 from tests.test_compile_cache_layouts import (CUR_DIR, OLD, OLD_DIR, build_cache_tree,
                                               outside_snapshot)
 
@@ -25,12 +26,6 @@ def cli(*args, env=None, prefix=()):
                           cwd=REPO, env=full_env, capture_output=True, text=True, timeout=60)
 
 
-@pytest.fixture
-def tree(tmp_path):
-    t = build_cache_tree(tmp_path)
-    before = outside_snapshot(t)
-    yield t
-    assert outside_snapshot(t) == before
 
 
 def test_ls_table(tree):

@@ -71,7 +71,13 @@ def outside_snapshot(tree: CacheTree) -> dict[str, str]:
 
 @pytest.fixture
 def tree(tmp_path) -> CacheTree:
-    return build_cache_tree(tmp_path)
+    """A cache tree in every layout; the other cache test modules import this fixture."""
+    t = build_cache_tree(tmp_path)
+    before = outside_snapshot(t)
+    yield t
+    # Whatever a test did, the symlink targets outside the root are all there, unchanged.
+    assert outside_snapshot(t) == before
+    assert (t.root / "escape").is_symlink()
 
 
 def test_states_of_every_entry(tree):
