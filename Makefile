@@ -9,6 +9,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-stamp
+# On a Trainium host (a Neuron device node exists) also install torch-neuronx and neuronx-cc
+# from the Neuron pip repository; elsewhere they are not installable and not needed.
+REQUIREMENTS := requirements.txt $(if $(wildcard /dev/neuron0),requirements-neuron.txt)
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 
 .PHONY: lab test bench data notebooks venv clean-venv
@@ -17,12 +20,12 @@ venv: $(STAMP)
 
 # Re-install only when the requirements change; re-create the venv when its python is gone
 # (e.g. the system python was upgraded under it).
-$(STAMP): requirements.txt
+$(STAMP): $(REQUIREMENTS)
 	@if ! $(PY) -c 'import sys' >/dev/null 2>&1; then \
 	    echo "Creating $(VENV) with $$($(PYTHON) --version)"; \
 	    rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); \
 	fi
-	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(PY) -m pip install --disable-pip-version-check -q $(addprefix -r ,$(REQUIREMENTS))
 	@touch $@
 
 data: $(STAMP)
