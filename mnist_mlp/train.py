@@ -35,7 +35,7 @@ def train(model, optimizer, loader, device, epochs, tracker, sync_each_step=True
             optimizer.step()
             if sync_each_step:
                 # Lazy mode: the lines above only recorded a graph. This compiles it (the first
-                # time) and runs it on the device. The AWS docs call it xm.mark_step().
+                # time) and runs it on the device. The AWS docs call it xm.mark_step (deprecated).
                 torch_xla.sync()
             tracker.step(loss)
     tracker.stop(wait_for_device=xm.wait_device_ops if backend.uses_xla else None)
@@ -45,7 +45,7 @@ def main(argv=None):
     started = time.perf_counter()
     args = parse_args(__doc__, argv, device_loader=True)
     print(backend.summary())
-    device = backend.device  # torch_xla.device(); the AWS docs use xm.xla_device()
+    device = backend.device  # torch_xla.device(); the AWS docs use xm.xla_device (deprecated)
     # drop_last: a ragged last batch has another shape, so XLA would compile one more graph.
     train_loader, test_loader = mnist_loaders(args, drop_last=backend.uses_xla)
     if args.device_loader and backend.uses_xla:
