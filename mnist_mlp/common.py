@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from helpers.checkpoint import atomic_save, atomic_write_json
-from helpers.mnist_data import default_data_dir, ensure_mnist, make_loader
+from helpers.mnist_data import default_data_dir, ensure_mnist, make_loader, resolve_data_dir
 from helpers.paths import default_checkpoint_dir
 
 WARMUP_STEPS = 2  # steps left out of the throughput (the first ones compile on XLA), as in the sample
@@ -50,9 +50,13 @@ def parse_args(description: str, argv=None, *, device_loader: bool = False) -> a
     return args
 
 
-def mnist_loaders(args, *, rank: int = 0, world_size: int = 1, drop_last: bool = False):
-    """(train loader sharded for this rank, test loader over all 10,000 test images)."""
-    root = ensure_mnist(args.data_dir, progress=False)
+def mnist_loaders(args, *, rank: int = 0, world_size: int = 1, drop_last: bool = False,
+                  verify: bool = True):
+    """(train loader sharded for this rank, test loader over all 10,000 test images).
+
+    verify=False skips ensure_mnist's md5 check, for when it was just done (torchrun's rank 0).
+    """
+    root = ensure_mnist(args.data_dir, progress=False) if verify else resolve_data_dir(args.data_dir)
     train = make_loader(args.loader, root, train=True, batch_size=args.batch_size, rank=rank,
                         world_size=world_size, seed=args.seed, shuffle=True, drop_last=drop_last)
     test = make_loader("fast", root, train=False, batch_size=TEST_BATCH_SIZE, shuffle=False)
@@ -150,13 +154,16 @@ def compile_stats() -> tuple[int, float]:
 def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_loader, device, *,
                started: float, write: bool = True, world_size: int = 1, **extra) -> dict:
     """After the loop, as in the sample: result lines, checkpoint, end line; then test accuracy
-    over all 10,000 test images and the results JSON. `write=False` on ranks other than 0."""
+    over all 10,000 test images and the results JSON. `write=False` on ranks other than 0:
+    they stop after the end line (the replicas are equal, so rank 0's accuracy is everyone's)."""
     print_training_result(tracker)
     directory = Path(args.checkpoint_dir)
     if write:
         atomic_save({"state_dict": model.state_dict()}, directory / f"checkpoint_{stage}.pt",
                     xla=backend.uses_xla)
     print("----------End Training ---------------")
+    if not write:
+        return None
     correct, total = evaluate(model, test_loader, device)
     accuracy = report_accuracy(correct, total)
     results = dict(stage=stage, backend=backend.name, world_size=world_size, epochs=args.epochs,
@@ -167,8 +174,7 @@ def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_load
                    loss_history=tracker.loss_history(), **extra)
     results.setdefault("graphs_compiled", None)
     results.setdefault("compile_time_s", None)
-    if write:
-        atomic_write_json(results, directory / f"results_{stage}.json")
+    atomic_write_json(results, directory / f"results_{stage}.json")
     return results
 
 

@@ -84,7 +84,7 @@ def main(argv=None):
     device = backend.device
     # Each rank trains on its own 1/world_size of every epoch (sharded by rank).
     train_loader, test_loader = mnist_loaders(args, rank=rank, world_size=world_size,
-                                              drop_last=True)
+                                              drop_last=True, verify=False)  # rank 0 verified
     samples_per_epoch = len(train_loader) * args.batch_size  # this rank's share
     if backend.uses_xla:
         train_loader = pl.MpDeviceLoader(train_loader, device)

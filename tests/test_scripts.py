@@ -108,6 +108,7 @@ def test_torchrun_two_workers(tmp_path, script_env, mnist_root):
     assert "Gradient all-reduce: over gloo" in out and "world size 1 in each process" in out
     assert "Replicas equal: max parameter-checksum difference 0" in out
     assert out.count("Train throughput (iter/sec)") == 2  # every worker reports, as the sample
+    assert out.count("Test accuracy: ") == 1  # replicas are equal: rank 0 evaluates for all
     results = load_results(tmp_path, "torchrun_w2")
     assert results["world_size"] == 2 and results["gradient_reduce"] == "gloo"
     assert results["lr"] == 0.01  # the flag; the optimizer used lr x world size
