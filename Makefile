@@ -20,19 +20,22 @@ venv: $(STAMP)
 
 # Re-install only when the requirements change; re-create the venv when its python is gone
 # (e.g. the system python was upgraded under it).
-$(STAMP): $(REQUIREMENTS)
+$(STAMP): $(REQUIREMENTS) pyproject.toml
 	@if ! $(PY) -c 'import sys' >/dev/null 2>&1; then \
 	    echo "Creating $(VENV) with $$($(PYTHON) --version)"; \
 	    rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); \
 	fi
 	$(PY) -m pip install --disable-pip-version-check -q $(addprefix -r ,$(REQUIREMENTS))
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
 	@touch $@
 
 data: $(STAMP)
-	$(PY) -m helpers.mnist_data
+	$(PY) -m mnist_mlp.download
 
+# The venv's bin/ first on PATH: kernels and what they start find its torchrun, neuronx-cc and
+# neuron_parallel_compile by name without `source .venv/bin/activate`.
 lab: data
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 test: data
 	$(PY) -m pytest tests $(NOTEBOOKS) --nbval --nbval-current-env \

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from IPython.display import HTML
 
-from helpers.paths import REPO_ROOT, default_checkpoint_dir
+from helpers.tables import text_table
+from mnist_mlp.paths import REPO_ROOT, default_checkpoint_dir
 from helpers.xla_metrics import (  # noqa: F401  re-exported for the notebooks
     CompileMetricsRecorder, compiled_steps, describe, entry_computation, hlo_op_counts, hlo_ops,
     hlo_text, ir_text, metric_deltas, plot_compile_metrics, read_compile_metrics, trim_lines)
@@ -230,7 +231,7 @@ def stage_sort_key(stage: str) -> tuple:
 
 
 def load_results(checkpoint_dir=None) -> dict[str, dict]:
-    """Every results_<stage>.json in `checkpoint_dir` (default: helpers.paths), by stage,
+    """Every results_<stage>.json in `checkpoint_dir` (default: mnist_mlp.paths), by stage,
     in stage order. A file that is not valid results JSON raises an error naming it."""
     directory = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir()
     results: dict[str, dict] = {}
@@ -279,16 +280,7 @@ def format_table(rows: list[dict], columns: list[str] | None = None) -> str:
     if not rows:
         return "(no rows)"
     columns = columns or list(rows[0])
-
-    def cell(value):
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-    body = [[cell(row.get(c, "")) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(line[i]) for line in body)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths)) for line in body]
-    return "\n".join(lines)
+    return text_table([[row.get(c, "") for c in columns] for row in rows], columns, rule=True)
 
 
 def missing_stage_notes(stages) -> list[str]:

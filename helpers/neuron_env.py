@@ -21,9 +21,10 @@ from typing import NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from helpers.backend import (DEV_DIR, SUPPORTED_WORKER_COUNTS, Backend, instance_type,
+from mnist_mlp.backend import (DEV_DIR, SUPPORTED_WORKER_COUNTS, Backend, instance_type,
                              visible_neuron_cores)
-from helpers.paths import REPO_ROOT
+from helpers.procfs import process_cmdline
+from mnist_mlp.paths import REPO_ROOT
 
 PROC_DIR = Path("/proc")
 REQUIREMENTS = REPO_ROOT / "requirements.txt"
@@ -80,11 +81,7 @@ class HolderScan:
 
 
 def _cmdline(proc_dir: Path) -> str:
-    try:
-        raw = (proc_dir / "cmdline").read_bytes()
-    except OSError:
-        return "?"
-    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part) or "?"
+    return " ".join(process_cmdline(proc_dir) or []) or "?"
 
 
 def neuron_device_holders(proc_root: Path = PROC_DIR, dev_root: Path = DEV_DIR,
@@ -259,7 +256,7 @@ def check_neuron_cores_visible(visible: int | None = None, instance: str | None 
 
 
 def check_mnist(root: str | os.PathLike | None = None) -> CheckResult:
-    from helpers.mnist_data import mnist_file_problems, raw_dir
+    from mnist_mlp.download import mnist_file_problems, raw_dir
 
     item = "MNIST data"
     problems = mnist_file_problems(root)
@@ -267,7 +264,7 @@ def check_mnist(root: str | os.PathLike | None = None) -> CheckResult:
     if problems:
         listing = "; ".join(f"{name}: {problem}" for name, problem in problems.items())
         return CheckResult(item, False, f"in {where}: {listing}",
-                           "run `make data` (or `from helpers.mnist_data import ensure_mnist; "
+                           "run `make data` (or `from mnist_mlp.download import ensure_mnist; "
                            "ensure_mnist()`); set MNIST_DATA_DIR to use a copy elsewhere")
     return CheckResult(item, True, f"the four IDX files in {where}, md5s verified", "")
 

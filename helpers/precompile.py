@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from helpers import compile_cache as cc
-from helpers.backend import check_worker_count, instance_type
-from helpers.torchrun_launcher import (RANK_PREFIX_TEMPLATE, free_port, run_streaming,
-                                       torchrun_argv)
+from mnist_mlp.backend import check_worker_count, instance_type
+from helpers.processes import RANK_PREFIX_TEMPLATE, free_port, run_streaming
+from helpers.torchrun import torchrun_argv
 
 WRAPPER = "neuron_parallel_compile"
-STEPS_FLAG = "--steps-this-run"  # the training scripts' step limit (mnist_mlp/common.py)
+STEPS_FLAG = "--steps-this-run"  # the training scripts' step limit (mnist_mlp/cli.py)
 TRIAL_STEPS = 10
 _GRAPHS_LINE = re.compile(r"Graphs compiled: (\d+)")
 _NPC_TOTALS = {
@@ -207,13 +207,13 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
                on_line: Callable[[str], object] = print) -> PrecompileReport:
     """Precompile on Neuron and train; on the stand-in, explain and run the trial only.
 
-    backend: a helpers.backend.Backend, or its name ("neuron", "xla-cpu", "cpu"); None calls
+    backend: a mnist_mlp.backend.Backend, or its name ("neuron", "xla-cpu", "cpu"); None calls
     select_backend(). checkpoint_dir: where the script writes results_<stage>.json (defaults
     to the --checkpoint-dir in script_args, if any). env: variables added for the commands
     (e.g. NEURON_CC_FLAGS, NEURON_COMPILE_CACHE_URL); the cache scanned is the one they select.
     """
     if backend is None:
-        from helpers.backend import select_backend
+        from mnist_mlp.backend import select_backend
 
         backend = select_backend()
     mode_name = backend if isinstance(backend, str) else backend.name

@@ -1,5 +1,5 @@
 """What the first cell of every notebook does, so that cell stays three lines long."""
-from helpers.backend import Backend, select_backend
+from mnist_mlp.backend import Backend, select_backend
 
 
 def setup(xla: bool = True, data: bool = True) -> Backend:
@@ -7,7 +7,7 @@ def setup(xla: bool = True, data: bool = True) -> Backend:
     backend = select_backend(xla=xla)
     print(backend.summary())
     if data:
-        from helpers.mnist_data import ensure_mnist
+        from mnist_mlp.download import ensure_mnist
 
         ensure_mnist(progress=True)
     return backend

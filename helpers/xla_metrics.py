@@ -2,36 +2,16 @@
 
 torch_xla is imported inside the functions, never at module import, so importing this
 module (or helpers.lesson_tools, which re-exports it) cannot initialise the XLA runtime
-before helpers.backend.select_backend() has chosen the device.
+before mnist_mlp.backend.select_backend() has chosen the device.
 """
 from __future__ import annotations
 
 import re
 from collections import Counter
 
-# Counters torch_xla keeps in torch_xla.debug.metrics (same names on Neuron and on CPU):
-#   UncachedCompile    a graph seen for the first time was compiled (slow: minutes on Neuron)
-#   CachedCompile      a graph was found in the in-memory compile cache (cheap)
-#   ExecuteComputation a compiled graph ran on the device
-COUNTERS = ("UncachedCompile", "CachedCompile", "ExecuteComputation")
-# Metrics: (samples, accumulated nanoseconds). CompileTime samples once per real compile;
-# TransferFromDeviceTime once per device-to-host copy (loss.item(), printing a tensor, ...).
-COMPILE_TIME = "CompileTime"
-TRANSFER_FROM_DEVICE = "TransferFromDeviceTime"
-FIELDS = COUNTERS + ("compile_time_s", "transfers_from_device")
+from mnist_mlp.xla_metrics import COUNTERS, FIELDS, read_compile_metrics  # noqa: F401
+
 MAX_BARS = 40  # plot_compile_metrics draws bars up to this many steps, lines beyond
-
-
-def read_compile_metrics() -> dict[str, float]:
-    """The current totals of COUNTERS, compile time (s) and device-to-host transfers."""
-    import torch_xla.debug.metrics as met
-
-    totals: dict[str, float] = {name: int(met.counter_value(name) or 0) for name in COUNTERS}
-    compile_data = met.metric_data(COMPILE_TIME)
-    totals["compile_time_s"] = compile_data[1] / 1e9 if compile_data else 0.0
-    transfer_data = met.metric_data(TRANSFER_FROM_DEVICE)
-    totals["transfers_from_device"] = int(transfer_data[0]) if transfer_data else 0
-    return totals
 
 
 def metric_deltas(before: dict, after: dict) -> dict[str, float]:
@@ -211,3 +191,13 @@ def hlo_ops(tensors) -> dict[str, int]:
     import torch_xla
 
     return hlo_op_counts(torch_xla._XLAC._get_xla_tensors_hlo(_tensor_list(tensors)))
+
+
+GRAPH_HASH_LINE = re.compile(r"Graph Hash:\s*([0-9a-f]+)")
+
+
+def graph_hashes(output) -> list[str]:
+    """The hash of every graph compiled, in order, from a run's output under
+    PT_XLA_DEBUG_LEVEL=1 (torch_xla prints a "Compilation Analysis" block per compile)."""
+    text = output if isinstance(output, str) else "\n".join(output)
+    return GRAPH_HASH_LINE.findall(text)

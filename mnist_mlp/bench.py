@@ -12,17 +12,15 @@ every variant alike. Ratios are what to read; absolute numbers depend on the mac
 """
 import argparse
 import statistics
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: repo importable
 
 import torch
 
-from helpers.mnist_data import ensure_mnist, make_loader
+from mnist_mlp.download import ensure_mnist
+from mnist_mlp.data import make_loader
 from mnist_mlp import train as xla_stage  # first: picks the XLA backend before any backward pass
 from mnist_mlp import train_cpu
-from mnist_mlp.common import StepTracker
+from mnist_mlp.tracking import StepTracker
 from mnist_mlp.model import MLP
 
 TARGET_FAST_VS_TORCHVISION = 3.5
@@ -33,7 +31,7 @@ def cpu_throughput(loader, epochs: int, seed: int = 0) -> float:
     torch.manual_seed(seed)
     model = MLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    tracker = StepTracker()
+    tracker = StepTracker(progress=False)
     train_cpu.train(model, optimizer, loader, torch.device("cpu"), epochs, tracker)
     return tracker.throughput
 
@@ -50,7 +48,7 @@ def xla_throughput(root, device, steps: int, device_loader: bool):
     model = MLP().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     before = met.counter_value("UncachedCompile") or 0
-    tracker = StepTracker(steps)
+    tracker = StepTracker(steps, xla=True, progress=False)
     xla_stage.train(model, optimizer, loader, device, epochs=10**6, tracker=tracker,
                     sync_each_step=not device_loader)
     return tracker.throughput, (met.counter_value("UncachedCompile") or 0) - before, xla_stage.backend

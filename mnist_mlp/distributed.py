@@ -1,5 +1,9 @@
-"""Data-parallel pieces train_torchrun.py uses, kept apart so they are unit-tested."""
+"""Data-parallel pieces train_torchrun.py uses: the gradient all-reduce decision, the CPU
+stand-in's gloo all-reduce, the replica check and gathering per-rank figures."""
 from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -54,3 +58,64 @@ def gather_objects(obj, group) -> list:
     out = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, obj, group=group)
     return out
+
+
+@dataclass
+class DataParallel:
+    """One torchrun worker's view of the job, plus the CPU-side (gloo) group the script uses
+    for control work and, on the CPU stand-in, for the gradient all-reduce."""
+    rank: int
+    world_size: int
+    group: object  # a gloo process group over every worker
+    reduce_over_gloo: bool  # False: xm.optimizer_step reduces (Neuron); True: the stand-in's gloo
+
+    def average_gradients(self, model) -> None:
+        average_gradients(model, self.group)
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.group)
+
+    def finish(self, model, tracker, samples_per_epoch: int) -> dict:
+        """Check the replicas ended equal (raise if not) and gather every rank's figures for
+        the results record (rank 0 writes it)."""
+        spread = check_replicas_equal(model, self.group)
+        if self.rank == 0:
+            print(f"Replicas equal: max parameter-checksum difference {spread:.3g} across "
+                  f"{self.world_size} worker(s) (tolerance {REPLICA_TOLERANCE:g}). Each rank's "
+                  f"final loss above is its own last batch's, so they differ.")
+        losses = gather_objects(tracker.loss_history, self.group)
+        return dict(gradient_reduce="gloo" if self.reduce_over_gloo else "xla",
+                    throughput_by_rank=gather_objects(tracker.throughput, self.group),
+                    samples_per_epoch_by_rank=gather_objects(samples_per_epoch, self.group),
+                    loss_history_by_rank={str(r): h for r, h in enumerate(losses)})
+
+
+def data_parallel_setup(backend, timeout_minutes: float = 5) -> DataParallel:
+    """After init_process_group: a gloo group over the workers, and the gradient all-reduce
+    decided and said (rank 0).
+
+    Known trap: on the CPU stand-in each process's XLA runtime is a world of its own
+    (torch_xla.runtime.world_size() == 1), so init_process_group('xla') succeeds but
+    xm.optimizer_step reduces over one replica: the workers would silently train different
+    models. There the gradients are averaged over gloo instead.
+    """
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    # The timeout bounds a wait on a worker that died (torchrun also stops the others).
+    group = dist.new_group(backend="gloo", timeout=datetime.timedelta(minutes=timeout_minutes))
+    if backend.uses_xla:
+        import torch_xla.runtime as xr
+
+        xla_world_size = xr.world_size()
+    else:
+        xla_world_size = None  # plain PyTorch: gloo is the only way
+    reduce_over_gloo = xla_world_size != world_size if world_size > 1 else not backend.uses_xla
+    if rank == 0:
+        if xla_world_size is not None and reduce_over_gloo:
+            print(f"Gradient all-reduce: over gloo. The XLA runtime sees world size "
+                  f"{xla_world_size} in each process but torchrun started {world_size} workers, "
+                  f"so XLA would not reduce across them (on Neuron xm.optimizer_step does).")
+        elif reduce_over_gloo:
+            print(f"Gradient all-reduce: over gloo across {world_size} plain-PyTorch worker(s).")
+        else:
+            print(f"Gradient all-reduce: xm.optimizer_step over {world_size} XLA worker(s).")
+    return DataParallel(rank, world_size, group, reduce_over_gloo)

@@ -1,22 +1,20 @@
 """Stage 2: the same training on one XLA device: one NeuronCore on Trainium (the AWS sample's
 train.py). Here the XLA-on-CPU stand-in runs it when there is no NeuronCore."""
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: repo importable
 
 import torch
 
-from helpers.backend import select_backend
-from mnist_mlp.common import StepTracker, compile_stats, finish_run, mnist_loaders, parse_args
+from mnist_mlp import cli
+from mnist_mlp.backend import select_backend
 from mnist_mlp.model import MLP
+from mnist_mlp.results import finish_run
+from mnist_mlp.tracking import StepTracker
+from mnist_mlp.xla_metrics import compile_stats
 
 # Decide the device before torch_xla loads: it reads PJRT_DEVICE when it starts its runtime.
 backend = select_backend()
 if backend.uses_xla:
     import torch_xla
-    import torch_xla.core.xla_model as xm
     import torch_xla.distributed.parallel_loader as pl
 
 
@@ -33,21 +31,21 @@ def train(model, optimizer, loader, device, epochs, tracker, sync_each_step=True
             loss = loss_fn(output, train_label)
             loss.backward()
             optimizer.step()
+            tracker.step(loss)
             if sync_each_step:
                 # Lazy mode: the lines above only recorded a graph. This compiles it (the first
                 # time) and runs it on the device. The AWS docs call it xm.mark_step (deprecated).
                 torch_xla.sync()
-            tracker.step(loss)
-    tracker.stop(wait_for_device=xm.wait_device_ops if backend.uses_xla else None)
+    tracker.stop()
 
 
 def main(argv=None):
     started = time.perf_counter()
-    args = parse_args(__doc__, argv, device_loader=True)
+    args = cli.parse_args(__doc__, argv, device_loader=True)
     print(backend.summary())
     device = backend.device  # torch_xla.device(); the AWS docs use xm.xla_device (deprecated)
     # drop_last: a ragged last batch has another shape, so XLA would compile one more graph.
-    train_loader, test_loader = mnist_loaders(args, drop_last=backend.uses_xla)
+    train_loader, test_loader = cli.mnist_loaders(args, drop_last=backend.uses_xla)
     if args.device_loader and backend.uses_xla:
         # Uploads batches in the background and syncs after each one: no sync in the loop.
         train_loader = pl.MpDeviceLoader(train_loader, device)
@@ -57,7 +55,7 @@ def main(argv=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
     print("----------Training ---------------")
-    tracker = StepTracker(args.steps_this_run)
+    tracker = StepTracker(args.steps_this_run, len(train_loader) * args.epochs, xla=backend.uses_xla)
     train(model, optimizer, train_loader, device, args.epochs, tracker,
           sync_each_step=backend.uses_xla and not args.device_loader)
     graphs = seconds = None
@@ -70,4 +68,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

@@ -1,15 +1,13 @@
 """Stage 1: train the MLP with plain PyTorch on the CPU (the AWS sample's train_cpu.py)."""
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: repo importable
 
 import torch
 
-from helpers.backend import select_backend
-from mnist_mlp.common import StepTracker, finish_run, mnist_loaders, parse_args
+from mnist_mlp import cli
+from mnist_mlp.backend import select_backend
 from mnist_mlp.model import MLP
+from mnist_mlp.results import finish_run
+from mnist_mlp.tracking import StepTracker
 
 
 def train(model, optimizer, loader, device, epochs, tracker):
@@ -31,11 +29,11 @@ def train(model, optimizer, loader, device, epochs, tracker):
 
 def main(argv=None):
     started = time.perf_counter()
-    args = parse_args(__doc__, argv)
+    args = cli.parse_args(__doc__, argv)
     backend = select_backend(xla=False)
     print(backend.summary())
     device = backend.device
-    train_loader, test_loader = mnist_loaders(args)
+    train_loader, test_loader = cli.mnist_loaders(args)
 
     # A batch-32 MLP is too small to split across threads: more threads only contend (on a
     # busy 2-core machine, ten times slower). Notebook 01 and the benchmark do the same.
@@ -45,10 +43,10 @@ def main(argv=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
     print("----------Training ---------------")
-    tracker = StepTracker(args.steps_this_run)
+    tracker = StepTracker(args.steps_this_run, len(train_loader) * args.epochs)
     train(model, optimizer, train_loader, device, args.epochs, tracker)
     return finish_run("cpu", args, backend, model, tracker, test_loader, device, started=started)
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

@@ -13,7 +13,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def mnist_root():
     """The verified MNIST root (`make data` has normally built it already)."""
-    from helpers.mnist_data import ensure_mnist
+    from mnist_mlp.download import ensure_mnist
 
     return ensure_mnist(progress=False)
 

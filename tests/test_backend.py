@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from helpers.backend import (check_worker_count, instance_type, parse_core_list,
-                             physical_neuron_cores, visible_neuron_cores)
+from mnist_mlp.backend import (check_worker_count, instance_type, logical_neuron_cores,
+                               parse_core_list, physical_neuron_cores, visible_neuron_cores)
 from tests.conftest import REPO_ROOT
 
 
@@ -20,13 +20,15 @@ def make_sysfs(root, cores_per_device):
     return root
 
 
-def test_parse_core_list():
+def test_parse_core_list_takes_one_index_or_one_range():
     assert parse_core_list("0") == [0]
     assert parse_core_list("0-1") == [0, 1]
-    assert parse_core_list("0,2,5-7") == [0, 2, 5, 6, 7]
-    for bad in ("a", "3-1", "1-"):
-        with pytest.raises(ValueError, match="NEURON_RT_VISIBLE_CORES"):
+    assert parse_core_list(" 4-7 ") == [4, 5, 6, 7]
+    for bad in ("a", "1-", "", "0,1"):
+        with pytest.raises(ValueError, match="NEURON_RT_VISIBLE_CORES.*one core index or one range"):
             parse_core_list(bad)
+    with pytest.raises(ValueError, match="runs backwards; write '1-3'"):
+        parse_core_list("3-1")
 
 
 def test_cores_from_sysfs(tmp_path):
@@ -53,6 +55,26 @@ def test_visible_cores_respect_neuron_rt_visible_cores(tmp_path):
     assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "2-3"}, sysfs, nodev) == 2
     # cores the machine does not have do not count
     assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "3-9"}, sysfs, nodev) == 1
+    with pytest.raises(ValueError, match="not a list"):
+        visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "0,1"}, sysfs, nodev)
+
+
+def test_trainium2_cores_are_counted_logically(tmp_path):
+    # A Trainium2 device reports 8 physical cores; the runtime pairs them by default (LNC=2).
+    trn2_3xl = make_sysfs(tmp_path / "trn2-3xl", [8])
+    nodev = tmp_path / "nodev"
+    assert physical_neuron_cores(trn2_3xl, nodev) == 8
+    assert logical_neuron_cores({}, trn2_3xl, nodev) == 4
+    assert logical_neuron_cores({"NEURON_LOGICAL_NC_CONFIG": "1"}, trn2_3xl, nodev) == 8
+    trn2_48xl = make_sysfs(tmp_path / "trn2-48xl", [8] * 16)
+    assert visible_neuron_cores({}, trn2_48xl, nodev) == 64
+    # NEURON_RT_VISIBLE_CORES indexes logical cores: 60-63 are the last four of 64, 64 does not exist
+    assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "60-64"}, trn2_48xl, nodev) == 4
+    # trn1 devices (2 cores) are not grouped, whatever the variable says
+    trn1 = make_sysfs(tmp_path / "trn1", [2])
+    assert logical_neuron_cores({"NEURON_LOGICAL_NC_CONFIG": "2"}, trn1, nodev) == 2
+    with pytest.raises(ValueError, match="NEURON_LOGICAL_NC_CONFIG='4': .* accepts 1 or 2"):
+        logical_neuron_cores({"NEURON_LOGICAL_NC_CONFIG": "4"}, trn2_3xl, nodev)
 
 
 def test_instance_type_from_dmi(tmp_path):
@@ -65,6 +87,7 @@ def test_instance_type_from_dmi(tmp_path):
 @pytest.mark.parametrize("instance,good,bad", [
     ("trn1.2xlarge", [1, 2], [3, 4, 8]),
     ("trn1.32xlarge", [1, 2, 8, 32], [4, 16, 64]),
+    ("trn2.3xlarge", [1, 4], [2, 3, 8]),
     ("trn2.48xlarge", [1, 4, 16, 64], [2, 8, 32]),
 ])
 def test_worker_counts(instance, good, bad):
@@ -93,7 +116,7 @@ def run_select(tmp_path, code, extra_path=None, env_extra=None):
 SELECT = """
 import os, sys
 from pathlib import Path
-from helpers.backend import select_backend
+from mnist_mlp.backend import select_backend
 b = select_backend(sysfs=Path({sysfs!r}), dev_dir=Path({dev!r}))
 print(b.name, os.environ.get('PJRT_DEVICE'), b.neuron_cores)
 print(b.summary())

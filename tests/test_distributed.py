@@ -1,20 +1,14 @@
 """The data-parallel pieces over a real two-process gloo group."""
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from helpers.processes import free_port
 from mnist_mlp.distributed import average_gradients, check_replicas_equal, gather_objects
 from mnist_mlp.model import MLP
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 SCENARIOS = ("average", "equal", "drift", "gather")

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from helpers import lesson_tools as lt  # noqa: E402
-from helpers.paths import REPO_ROOT  # noqa: E402
+from mnist_mlp.paths import REPO_ROOT  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

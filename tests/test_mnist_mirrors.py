@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from helpers.mnist_data import IDX_MD5, raw_dir
+from mnist_mlp.download import IDX_MD5, raw_dir
 from tests.conftest import REPO_ROOT
 
 
@@ -48,7 +48,7 @@ def ensure_from_mirror(root, url, gz_md5s):
         from torchvision.datasets import MNIST
         MNIST.mirrors = [{url!r}]
         MNIST.resources = list({sorted(gz_md5s.items())!r})
-        from helpers.mnist_data import ensure_mnist
+        from mnist_mlp.download import ensure_mnist
         ensure_mnist({str(root)!r}, progress=False)
     """)
     env = dict(os.environ, NO_PROXY="127.0.0.1", no_proxy="127.0.0.1",

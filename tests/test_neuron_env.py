@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers.backend import Backend
+from mnist_mlp.backend import Backend
 from helpers.checklist import FAIL_COLOUR, OK_COLOUR, Checklist
-from helpers.mnist_data import IDX_MD5, default_data_dir
+from mnist_mlp.download import IDX_MD5, default_data_dir
 from helpers.neuron_env import (FREE_CORES_FIX, CheckResult, DeviceHolder, check_backend,
                                 check_compile_cache, check_mnist, check_neuron_cores_free,
                                 check_neuron_cores_visible, check_pins, check_torchrun,
                                 neuron_device_holders, shown_path)
-from helpers.paths import REPO_ROOT
+from mnist_mlp.paths import REPO_ROOT
 
 KERNEL_CMDLINE = ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f",
                   "/root/.local/share/jupyter/runtime/kernel-1a2b3c.json"]

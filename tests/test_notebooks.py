@@ -22,7 +22,6 @@ NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 TEACHING_DEF_MARKER = "# Teaching def:"
 SETUP_LINES = (
-    re.compile(r'^import sys; sys\.path\.insert\(0, "\.\."\)'),
     re.compile(r"^from helpers\.workbook import setup$"),
     re.compile(r"^backend = setup\((xla=(True|False))?\)"),
 )
@@ -110,7 +109,6 @@ def test_starts_with_a_title_then_the_setup_cell(notebook):
     assert len(setup_lines) == len(SETUP_LINES) and all(
         pattern.match(line) for pattern, line in zip(SETUP_LINES, setup_lines)), (
         f"{path.name}: the first code cell must be the setup cell:\n"
-        'import sys; sys.path.insert(0, "..")  # ...\n'
         "from helpers.workbook import setup\n"
         "backend = setup()  # or setup(xla=False)\n"
         f"found:\n{code_cells(nb)[0].source}")

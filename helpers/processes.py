@@ -1,16 +1,7 @@
-"""Run a training command from a notebook or a test, its output streamed live, line by line.
+"""Run a command from a notebook or a test with its output streamed live, line by line;
+on a timeout stop its whole process tree; on failure raise with its last lines.
 
     run_streaming(["python", "../mnist_mlp/train.py", "--epochs", "1"], timeout=600)
-    run_torchrun("../mnist_mlp/train_torchrun.py", nproc_per_node=2, timeout=600)
-
-run_torchrun builds on run_streaming. Every rank's line arrives prefixed with its global rank,
-`[rank1]: ...`: torchrun prefixes them itself (`--tee 3` plus the
-TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE it reads). On a hang the timeout stops the whole
-process tree (torchrun starts each worker in a session of its own, so its process group alone
-is not enough). On failure the exception carries the failing rank's error: torchrun's
-"Root Cause (first observed failure)" summary, with the traceback when the script wraps its
-entry point in `torch.distributed.elastic.multiprocessing.errors.record`.
-Printing is all the display there is: in a terminal it goes to stdout, in Jupyter to the cell.
 """
 from __future__ import annotations
 
@@ -30,12 +21,9 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from helpers.backend import check_worker_count, instance_type
-
 # torchrun's own per-rank line prefix, global rank (so two nodes' ranks differ too).
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
-DEFAULT_MASTER_PORT = 29500
 # How long stopped processes get to exit on SIGTERM before SIGKILL.
 STOP_GRACE_S = 5.0
 # How many of a failing command's last lines go into the exception when there is no summary.
@@ -80,6 +68,15 @@ def lines_by_rank(lines: Sequence[str]) -> dict[int, list[str]]:
         if m:
             by_rank.setdefault(int(m.group(1)), []).append(m.group(2))
     return by_rank
+
+
+def venv_bin_first(path: str | None, python: str = sys.executable) -> str:
+    """PATH with this Python's bin/ first, so `torchrun`, `neuronx-cc` and `neuron_parallel_compile`
+    looked up by name are this venv's even when it was never activated (JupyterLab started
+    without `source .venv/bin/activate`: aws-neuron/aws-neuron-sdk#737)."""
+    bin_dir = os.path.dirname(os.path.abspath(python))  # not resolved: a venv's python is a symlink
+    entries = [p for p in (path or "").split(os.pathsep) if p and os.path.abspath(p) != bin_dir]
+    return os.pathsep.join([bin_dir, *entries])
 
 
 def _pump_lines(stream: io.TextIOBase, sink: queue.Queue) -> None:
@@ -143,8 +140,9 @@ def run_streaming(cmd: Sequence[str], *, timeout: float, env: Mapping[str, str] 
     """Run `cmd`, passing each output line (stdout and stderr merged) to `on_line` as it arrives.
 
     env: variables set on top of the current environment (PYTHONUNBUFFERED=1 is added so a
-    Python child's lines are not held back in its buffer). timeout: seconds for the whole run;
-    past it the whole process tree is stopped and CommandTimedOut raised. A non-zero exit
+    Python child's lines are not held back in its buffer; this Python's bin/ goes first on
+    PATH). timeout: seconds for the whole run; past it the whole process tree is stopped and
+    CommandTimedOut raised. A non-zero exit
     raises CommandFailed (unless check=False) whose summary is failure_summary(lines), by
     default the last lines printed. Interrupting (Ctrl-C, Jupyter's stop button) stops the
     process tree too.
@@ -153,6 +151,7 @@ def run_streaming(cmd: Sequence[str], *, timeout: float, env: Mapping[str, str] 
     if timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env["PATH"] = venv_bin_first(full_env.get("PATH"))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,
                             start_new_session=True)
@@ -206,95 +205,8 @@ def _last_lines(lines: list[str]) -> str:
     return "\n".join(lines[-ERROR_TAIL_LINES:])
 
 
-def torchrun_failure_summary(lines: list[str]) -> str:
-    """The failing rank's error: torchrun's "Root Cause" block, plus that rank's last lines
-    when the block has no traceback (the script does not use @record)."""
-    start = next((i for i, line in enumerate(lines)
-                  if "Root Cause (first observed failure)" in line), None)
-    if start is None:
-        return _last_lines(lines)
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("====")),
-               len(lines))
-    block = lines[start:end]
-    fields = dict(re.findall(r"^\s*(rank|exitcode)\s*:\s*(-?\d+)", "\n".join(block), re.M))
-    if "rank" not in fields:
-        return "\n".join(block)
-    rank = int(fields["rank"])
-    summary = f"Rank {rank} failed (exit code {fields.get('exitcode', '?')}). torchrun's summary:\n"
-    summary += "\n".join(block)
-    if not any("Traceback (most recent call last)" in line for line in block):
-        own = lines_by_rank(lines).get(rank, [])[-ERROR_TAIL_LINES:]
-        if own:
-            summary += f"\nLast lines of rank {rank}:\n" + "\n".join(own)
-    return summary
-
-
-def _torchrun_options(nproc_per_node: int, nnodes: int, node_rank: int,
-                      master_addr: str | None, master_port: int | None) -> list[str]:
-    for name, value in (("nproc_per_node", nproc_per_node), ("nnodes", nnodes),
-                        ("node_rank", node_rank)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be a whole number, got {value!r}")
-    check_worker_count(nproc_per_node, None)  # < 1: clear error; per-instance limits elsewhere
-    if nnodes < 1:
-        raise ValueError(f"--nnodes must be at least 1, got {nnodes}")
-    if not 0 <= node_rank < nnodes:
-        raise ValueError(f"--node_rank must be 0..{nnodes - 1} for --nnodes={nnodes}, got {node_rank}")
-    if nnodes > 1 and not master_addr:
-        raise ValueError("a multi-node run needs master_addr: the address of the node with "
-                         "node_rank 0 (its private IP), the same on every node")
-    options = [f"--nproc_per_node={nproc_per_node}"]
-    if nnodes > 1:
-        options += [f"--nnodes={nnodes}", f"--node_rank={node_rank}"]
-    if master_addr:
-        options.append(f"--master_addr={master_addr}")
-    if master_port is not None or nnodes > 1:
-        options.append(f"--master_port={master_port or DEFAULT_MASTER_PORT}")
-    return options
-
-
-def torchrun_argv(script: str | os.PathLike, script_args: Sequence[str] = (), *,
-                  nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
-                  master_addr: str | None = None, master_port: int | None = None,
-                  tee: bool = True, python: str = sys.executable) -> list[str]:
-    """The argv of `torchrun ... script args`, run as `python -m torch.distributed.run` so the
-    torchrun of this Python's environment is the one used. tee=True adds `--tee 3`: each rank's
-    stdout and stderr reach the console prefixed with its rank."""
-    options = _torchrun_options(nproc_per_node, nnodes, node_rank, master_addr, master_port)
-    if tee:
-        options.append("--tee=3")
-    return [python, "-m", "torch.distributed.run", *options, os.fspath(script),
-            *map(str, script_args)]
-
-
-def torchrun_command_line(script: str | os.PathLike, script_args: Sequence[str] = (), *,
-                          nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
-                          master_addr: str | None = None, master_port: int | None = None) -> str:
-    """The same command as a user types it in a shell: `torchrun --nproc_per_node=2 ...`."""
-    options = _torchrun_options(nproc_per_node, nnodes, node_rank, master_addr, master_port)
-    return shlex.join(["torchrun", *options, os.fspath(script), *map(str, script_args)])
-
-
 def free_port() -> int:
     """A TCP port nobody listens on right now (so parallel runs do not fight over 29500)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def run_torchrun(script: str | os.PathLike, script_args: Sequence[str] = (), *,
-                 nproc_per_node: int, timeout: float, env: Mapping[str, str] | None = None,
-                 cwd: str | os.PathLike | None = None, master_port: int | None = None,
-                 on_line: Callable[[str], object] = print, check: bool = True) -> RunResult:
-    """`torchrun --nproc_per_node=N script args` on this machine, every rank's lines streamed live.
-
-    Raises ValueError before launching when N is not a worker count this instance supports,
-    CommandFailed carrying the failing rank's error, CommandTimedOut after stopping every
-    process of the run. master_port=None picks a free port.
-    """
-    argv = torchrun_argv(script, script_args, nproc_per_node=nproc_per_node,
-                         master_port=master_port or free_port())
-    check_worker_count(nproc_per_node, instance_type())
-    run_env = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_PREFIX_TEMPLATE, **(env or {})}
-    return run_streaming(argv, timeout=timeout, env=run_env, cwd=cwd, on_line=on_line,
-                         check=check, failure_summary=torchrun_failure_summary)

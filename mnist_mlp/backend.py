@@ -18,13 +18,24 @@ NEURON_SYSFS = Path("/sys/devices/virtual/neuron_device")
 DEV_DIR = Path("/dev")
 DMI_PRODUCT_NAME = Path("/sys/devices/virtual/dmi/id/product_name")
 
-# Worker counts (NeuronCores used by one torchrun job) each instance type supports.
+# Worker counts (logical NeuronCores used by one torchrun job) each instance type supports, from
+# the AWS "Multi-Layer Perceptron Training Tutorial": trn1.2xlarge 1, 2; trn1.32xlarge 1, 2, 8, 32;
+# trn2.48xlarge 1, 4, 16, 64 (LNC=2). trn1n.32xlarge has trn1.32xlarge's chips. trn2.3xlarge has one
+# Trainium2 chip (aws.amazon.com/ec2/instance-types/trn2), 4 logical cores at LNC=2; the tutorial
+# does not list it, so it gets trn2.48xlarge's pattern: one core, or the whole chip.
 SUPPORTED_WORKER_COUNTS = {
     "trn1.2xlarge": (1, 2),
     "trn1.32xlarge": (1, 2, 8, 32),
     "trn1n.32xlarge": (1, 2, 8, 32),
+    "trn2.3xlarge": (1, 4),
     "trn2.48xlarge": (1, 4, 16, 64),
 }
+# A Trainium2/Trainium3 device has 8 physical NeuronCores (the driver's core_count); the runtime
+# groups them into logical ones, 2 each by default (NEURON_LOGICAL_NC_CONFIG=1 or 2: Neuron docs,
+# "Logical NeuronCore configuration"). NEURON_RT_VISIBLE_CORES, neuron-ls and torchrun count
+# logical cores. Trainium (trn1) devices have 2 NeuronCores and no such grouping.
+LNC_DEVICE_CORES = 8
+DEFAULT_LNC = 2
 
 
 @dataclass(frozen=True)
@@ -72,26 +83,35 @@ def _version(dist: str) -> str | None:
 
 
 def parse_core_list(spec: str) -> list[int]:
-    """'0-1', '0,2,5-7' -> core indices (the NEURON_RT_VISIBLE_CORES syntax)."""
-    cores: list[int] = []
-    for part in spec.replace(" ", "").split(","):
-        if not part:
-            continue
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if not m:
-            raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: expected e.g. '0', '0-1' or '0,2'")
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if hi < lo:
-            raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: range {part} runs backwards")
-        cores.extend(range(lo, hi + 1))
-    return sorted(set(cores))
+    """'1' or '0-1' -> core indices. NEURON_RT_VISIBLE_CORES takes one core index or one inclusive
+    range (Neuron Runtime configuration guide), so a list such as '0,2' is refused, not guessed at."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", spec)
+    if not m:
+        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the Neuron runtime takes one core index "
+                         "or one range, e.g. '1' or '0-1' (not a list like '0,2')")
+    lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+    if hi < lo:
+        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the range runs backwards; write '{hi}-{lo}'")
+    return list(range(lo, hi + 1))
 
 
-def physical_neuron_cores(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
-    """NeuronCores on this machine: the driver's per-device core_count, summed.
+def logical_nc_config(env=None) -> int:
+    """Physical NeuronCores per logical one on Trainium2/3: NEURON_LOGICAL_NC_CONFIG, default 2."""
+    env = os.environ if env is None else env
+    raw = env.get("NEURON_LOGICAL_NC_CONFIG", "").strip()
+    if not raw:
+        return DEFAULT_LNC
+    if raw not in ("1", "2"):
+        raise ValueError(f"NEURON_LOGICAL_NC_CONFIG={raw!r}: the Neuron runtime accepts 1 or 2 "
+                         f"(default {DEFAULT_LNC})")
+    return int(raw)
 
-    Without the sysfs tree (old driver) count /dev/neuronN devices at 2 cores each,
-    which is right for trn1 and inf2.
+
+def device_core_counts(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> list[int]:
+    """Physical NeuronCores of each Neuron device: the driver's per-device core_count.
+
+    Without the sysfs tree (old driver) each /dev/neuronN device counts 2 cores, which is
+    right for trn1 and inf2.
     """
     counts = []
     if sysfs.is_dir():
@@ -101,15 +121,29 @@ def physical_neuron_cores(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -
             except (OSError, ValueError):
                 continue
     if counts:
-        return sum(counts)
+        return counts
     devices = [p for p in dev_dir.glob("neuron[0-9]*") if re.fullmatch(r"neuron\d+", p.name)]
-    return 2 * len(devices)
+    return [2] * len(devices)
+
+
+def physical_neuron_cores(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
+    """Physical NeuronCores on this machine, summed over its devices."""
+    return sum(device_core_counts(sysfs, dev_dir))
+
+
+def logical_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
+    """NeuronCores as the runtime counts them: Trainium2/3 devices grouped by the LNC setting."""
+    counts = device_core_counts(sysfs, dev_dir)
+    if LNC_DEVICE_CORES not in counts:
+        return sum(counts)
+    lnc = logical_nc_config(env)
+    return sum(n // lnc if n == LNC_DEVICE_CORES else n for n in counts)
 
 
 def visible_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
-    """NeuronCores this process may use: the machine's, narrowed by NEURON_RT_VISIBLE_CORES."""
+    """Logical NeuronCores this process may use: the machine's, narrowed by NEURON_RT_VISIBLE_CORES."""
     env = os.environ if env is None else env
-    total = physical_neuron_cores(sysfs, dev_dir)
+    total = logical_neuron_cores(env, sysfs, dev_dir)
     spec = env.get("NEURON_RT_VISIBLE_CORES")
     if total == 0 or not spec:
         return total

@@ -6,9 +6,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.torchrun_launcher import (CommandFailed, CommandTimedOut, lines_by_rank,
-                                       run_streaming, run_torchrun, torchrun_argv,
-                                       torchrun_command_line)
+from helpers.processes import CommandFailed, CommandTimedOut, lines_by_rank, run_streaming
+from helpers.torchrun import run_torchrun, torchrun_argv, torchrun_command_line
 
 
 def write_script(path: Path, body: str) -> Path:

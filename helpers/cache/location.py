@@ -1,0 +1,143 @@
+"""Where the Neuron compile cache is, which compiler wrote it, and what filesystem holds it.
+
+Order (Neuron docs): --cache_dir in NEURON_CC_FLAGS, else NEURON_COMPILE_CACHE_URL, else
+/var/tmp/neuron-compile-cache. An s3:// cache is named but never scanned here.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from helpers.cache import flags
+
+DEFAULT_ROOT = "/var/tmp/neuron-compile-cache"
+CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
+XLA_CACHE_ENV = "XLA_PERSISTENT_CACHE_PATH"  # set by torch_xla.runtime.initialize_cache
+PROC_MOUNTS = Path("/proc/mounts")
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "efs", "lustre", "cifs", "smb3", "ceph", "glusterfs",
+                       "9p", "beegfs", "gpfs")
+
+
+class CompileCacheError(Exception):
+    """An operation refused or failed; the message says why and what to do."""
+
+
+class RemoteCacheError(CompileCacheError):
+    """The cache is an s3:// URL: this tool only reads local directories."""
+
+
+@dataclass(frozen=True)
+class CacheLocation:
+    url: str  # a local directory, or an s3:// URL
+    source: str  # where it came from, said to the reader
+
+    @property
+    def remote(self) -> bool:
+        return "://" in self.url and not self.url.startswith("file://")
+
+    @property
+    def path(self) -> Path:
+        if self.remote:
+            raise RemoteCacheError(
+                f"the compile cache is {self.url} (from {self.source}), a remote cache: this tool "
+                "reads local directories only and does not scan it. List it with "
+                f"`aws s3 ls --recursive {self.url}`, or pass --root <local dir>.")
+        return Path(self.url.removeprefix("file://")).expanduser()
+
+
+def locate_cache(env=None) -> CacheLocation:
+    """The cache Neuron would use: --cache_dir in NEURON_CC_FLAGS, else NEURON_COMPILE_CACHE_URL,
+    else /var/tmp/neuron-compile-cache. Raises ValueError for NEURON_CC_FLAGS that cannot be
+    split or a --cache_dir with no value (the wrapper would not use the default then either)."""
+    env = os.environ if env is None else env
+    cache_dir = flags.get_flag(env.get(flags.ENV_VAR), "--cache_dir")
+    if cache_dir is True or cache_dir == "":
+        raise ValueError(f"{flags.ENV_VAR} has --cache_dir with no value: give it a directory "
+                         "(--cache_dir=/path) or remove it to use the default cache")
+    if cache_dir:
+        return CacheLocation(cache_dir, f"--cache_dir in {flags.ENV_VAR}")
+    if env.get(CACHE_URL_ENV):
+        return CacheLocation(env[CACHE_URL_ENV], CACHE_URL_ENV)
+    return CacheLocation(DEFAULT_ROOT, "the Neuron default")
+
+
+def installed_compiler_version() -> str | None:
+    """The installed neuronx-cc version (as in the neuronxcc-<version> directory names)."""
+    import importlib.metadata  # here: it takes a tenth of a second to import
+
+    try:
+        return importlib.metadata.version("neuronx-cc")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def same_compiler_version(a: str, b: str) -> bool:
+    """Versions match, ignoring the +<build> part when one of them lacks it."""
+    if a == b:
+        return True
+    if "+" in a and "+" in b:
+        return False
+    return a.split("+")[0] == b.split("+")[0]
+
+
+def version_order(version: str) -> tuple:
+    """'2.21.33363.0+82129205' -> (2, 21, 33363, 0): compiler versions in release order."""
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("+")[0].split("."))
+
+
+def local_path(root) -> Path:
+    """A --root / root= argument (path, URL or CacheLocation) as a local path; None: locate_cache()."""
+    if root is None:
+        root = locate_cache()
+    if isinstance(root, CacheLocation):
+        return root.path  # raises the remote-cache message for s3://
+    if "://" in str(root):
+        return CacheLocation(str(root), "--root").path
+    return Path(root).expanduser()
+
+
+def open_root(root: str | os.PathLike | CacheLocation | None) -> Path:
+    """A cache root as an absolute, resolved directory, or a CompileCacheError saying why not."""
+    where = f" (from {root.source})" if isinstance(root, CacheLocation) else ""
+    path = local_path(root)
+    if not path.exists():
+        raise CompileCacheError(
+            f"no compile cache at {path}{where}: the directory does not exist. Nothing has been "
+            "compiled with this cache yet, or the cache is elsewhere: set --root, "
+            f"{CACHE_URL_ENV} or --cache_dir in NEURON_CC_FLAGS.")
+    if not path.is_dir():
+        raise CompileCacheError(f"{path}{where} is not a directory: pass the cache directory "
+                                f"(the one holding neuronxcc-<version>/ folders)")
+    try:
+        with os.scandir(path):
+            pass
+    except PermissionError as err:
+        raise CompileCacheError(
+            f"cannot read the compile cache {path}{where}: {err.strerror}. Run as the user who "
+            "owns it (compiles often run as root: try sudo), or fix its permissions.") from err
+    return path.resolve()
+
+
+def filesystem_type(path: Path, mounts: Path = PROC_MOUNTS) -> str | None:
+    """The filesystem type of the mount holding path, from /proc/mounts (None if unknown)."""
+    try:
+        lines = Path(mounts).read_text().splitlines()
+    except OSError:
+        return None
+    best, fstype = "", None
+    p = str(path)
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mnt = parts[1].replace("\\040", " ")
+        if (p == mnt or p.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+            best, fstype = mnt, parts[2]
+    return fstype
+
+
+def on_network_filesystem(path: Path, mounts: Path = PROC_MOUNTS) -> str | None:
+    """The filesystem type if path is on NFS/EFS/Lustre/…, else None."""
+    fs = filesystem_type(path, mounts)
+    return fs if fs and fs.split(".")[0] in NETWORK_FILESYSTEMS else None

@@ -1,0 +1,113 @@
+"""Step counting for the training loops: --steps-this-run, throughput after warm-up, the loss
+history, progress lines, and a stop with a clear error when the loss stops being finite."""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+WARMUP_STEPS = 2  # steps left out of the throughput (the first ones compile on XLA), as in the sample
+LOSS_EVERY = 50  # keep (and check) the loss every this many steps
+PROGRESS_LINES = 10  # about this many progress lines per run
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite: nothing of this run is saved."""
+
+
+class StepTracker:
+    """Counts steps, stops at max_steps, times the steps after warm-up, reads the loss.
+
+    The loss is read every LOSS_EVERY steps only. On XLA it is read in a step closure, which
+    runs after the step's graph has executed: a copy of a finished value, no extra device sync
+    and no extra graph, so every graph of a run is the same whatever its length.
+    """
+
+    def __init__(self, max_steps: int | None = None, total_steps: int | None = None, *,
+                 xla: bool = False, progress: bool = True, warmup: int = WARMUP_STEPS,
+                 loss_every: int = LOSS_EVERY):
+        self.max_steps, self.warmup, self.loss_every = max_steps, warmup, loss_every
+        self.xla, self.progress = xla, progress
+        self.total_steps = min(filter(None, (max_steps, total_steps)), default=None)
+        self.steps = 0
+        self.loss_history: list[list[float]] = []  # [step, loss] pairs, read as the run goes
+        self._start = self._end = None
+        self._last_loss: torch.Tensor | None = None
+        every = math.ceil((self.total_steps or 0) / PROGRESS_LINES / loss_every) * loss_every
+        self._progress_every = max(every, loss_every)
+
+    @property
+    def done(self) -> bool:
+        return self.max_steps is not None and self.steps >= self.max_steps
+
+    def limit(self, loader):
+        """Iterate `loader`, stopping once max_steps steps are done."""
+        if self.done:
+            return
+        for batch in loader:
+            yield batch
+            if self.done:
+                return
+
+    def step(self, loss: torch.Tensor) -> None:
+        """Call once per step, before the step's torch_xla.sync() on XLA."""
+        self.steps += 1
+        self._last_loss = loss.detach()
+        if self.steps == self.warmup:
+            self._start = time.perf_counter()
+        if self.steps == 1 or self.steps % self.loss_every == 0:
+            if self.xla:
+                import torch_xla.core.xla_model as xm
+
+                xm.add_step_closure(self._record, args=(self.steps, self._last_loss))
+            else:
+                self._record(self.steps, self._last_loss)
+
+    def _record(self, step: int, loss: torch.Tensor) -> None:
+        value = float(loss)
+        self.loss_history.append([step, value])
+        check_finite(value, f"the loss at step {step}")
+        if self.progress and (step == 1 or step % self._progress_every == 0):
+            total = f"/{self.total_steps}" if self.total_steps else ""
+            note = " (the first step compiles the graphs on XLA)" if step == 1 and self.xla else ""
+            print(f"step {step}{total}: loss {value:.4f}{note}", flush=True)
+
+    def stop(self) -> None:
+        """End the timed span. On XLA: run what is still queued (and its step closures) first,
+        so the queued steps count and the last loss is read."""
+        if self.xla:
+            import torch_xla
+            import torch_xla.core.xla_model as xm
+
+            torch_xla.sync()
+            xm.wait_device_ops()
+        self._end = time.perf_counter()
+
+    @property
+    def throughput(self) -> float:
+        if self._start is None or self.steps <= self.warmup:
+            return math.nan
+        return (self.steps - self.warmup) / (self._end - self._start)
+
+    @property
+    def final_loss(self) -> float:
+        """The last step's loss (raises TrainingDiverged if it is not finite)."""
+        if self._last_loss is None:
+            return math.nan
+        value = float(self._last_loss.cpu())
+        check_finite(value, f"the loss at step {self.steps}")
+        return value
+
+
+def check_finite(value: float, what: str) -> None:
+    if not math.isfinite(value):
+        raise TrainingDiverged(
+            f"training diverged: {what} is {value}. Nothing was saved (the last good checkpoint "
+            f"is kept). Lower --lr and run again.")
+
+
+def print_training_result(tracker: StepTracker) -> None:
+    """The AWS sample's two result lines."""
+    print("Train throughput (iter/sec): {}".format(tracker.throughput))
+    print("Final loss is {:0.4f}".format(tracker.final_loss))

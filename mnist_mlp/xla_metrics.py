@@ -1,0 +1,34 @@
+"""PyTorch/XLA's compile counters, read in-process (graphs compiled, compile time, transfers).
+
+torch_xla is imported inside the function, so importing this module cannot start the XLA
+runtime before select_backend() has chosen the device."""
+from __future__ import annotations
+
+# Counters torch_xla keeps in torch_xla.debug.metrics (same names on Neuron and on CPU):
+#   UncachedCompile    a graph seen for the first time was compiled (slow: minutes on Neuron)
+#   CachedCompile      a graph was found in the in-memory compile cache (cheap)
+#   ExecuteComputation a compiled graph ran on the device
+COUNTERS = ("UncachedCompile", "CachedCompile", "ExecuteComputation")
+# Metrics: (samples, accumulated nanoseconds). CompileTime samples once per real compile;
+# TransferFromDeviceTime once per device-to-host copy (loss.item(), printing a tensor, ...).
+COMPILE_TIME = "CompileTime"
+TRANSFER_FROM_DEVICE = "TransferFromDeviceTime"
+FIELDS = COUNTERS + ("compile_time_s", "transfers_from_device")
+
+
+def read_compile_metrics() -> dict[str, float]:
+    """The current totals of COUNTERS, compile time (s) and device-to-host transfers."""
+    import torch_xla.debug.metrics as met
+
+    totals: dict[str, float] = {name: int(met.counter_value(name) or 0) for name in COUNTERS}
+    compile_data = met.metric_data(COMPILE_TIME)
+    totals["compile_time_s"] = compile_data[1] / 1e9 if compile_data else 0.0
+    transfer_data = met.metric_data(TRANSFER_FROM_DEVICE)
+    totals["transfers_from_device"] = int(transfer_data[0]) if transfer_data else 0
+    return totals
+
+
+def compile_stats() -> tuple[int, float]:
+    """(graphs compiled, seconds spent compiling) so far in this process."""
+    totals = read_compile_metrics()
+    return int(totals["UncachedCompile"]), totals["compile_time_s"]
