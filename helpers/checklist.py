@@ -5,11 +5,13 @@
 Displayed in Jupyter it is an ipywidgets box with a "Check again" button (shut down the other
 kernel, click, see the row turn green). Widgets do not render on GitHub or in nbviewer without
 a kernel, so the same display also carries an HTML table and a plain-text version of the rows:
-a viewer that cannot show the widget shows those.
+a viewer that cannot show the widget shows those. Beside the button: "checked at HH:MM:SS: N of M
+OK", so a click that changes no row still shows it ran.
 """
 from __future__ import annotations
 
 import html
+from datetime import datetime
 from typing import Callable, Iterable
 
 import ipywidgets as widgets
@@ -56,6 +58,16 @@ def checklist_text(results: Iterable[CheckResult]) -> str:
     return "\n".join(lines)
 
 
+def summary_html(results: list[CheckResult], checked_at: datetime) -> str:
+    """'checked at 14:03:07: 9 of 9 OK', in green, or '…: 8 of 9 OK, 1 to fix' in red."""
+    ok = sum(r.ok for r in results)
+    failing = len(results) - ok
+    colour = OK_COLOUR if not failing else FAIL_COLOUR
+    to_fix = f", {failing} to fix" if failing else ""
+    return (f'<span style="color:{colour}">checked at {checked_at:%H:%M:%S}: '
+            f'{ok} of {len(results)} OK{to_fix}</span>')
+
+
 class Checklist:
     """The checks run now, shown as widget rows; `refresh()` (the button) runs them again."""
 
@@ -68,6 +80,7 @@ class Checklist:
         self.summary = widgets.HTML()
         self.widget = widgets.VBox([self.rows, widgets.HBox([self.button, self.summary])])
         self.results: list[CheckResult] = []
+        self.checked_at: datetime | None = None
         self.refresh()
 
     @property
@@ -75,17 +88,26 @@ class Checklist:
         return all(r.ok for r in self.results)
 
     def refresh(self) -> None:
-        self.results = list(self._run_checks())
+        # The button greys out and says so while the checks run (a second or two), and the
+        # summary names the time it finished: a click that changes no row still shows it ran.
+        self.button.disabled, self.button.description = True, "Checking…"
+        self.summary.value = '<span style="color:#57606a">checking…</span>'
+        try:
+            self.results = list(self._run_checks())
+        except Exception as err:  # say so beside the button: a click's traceback goes to no cell
+            self.summary.value = (f'<span style="color:{FAIL_COLOUR}">the checks stopped at '
+                                  f'{datetime.now():%H:%M:%S}: {html.escape(repr(err))}</span>')
+            raise
+        finally:
+            self.button.disabled, self.button.description = False, "Check again"
         rows = []
         for result in self.results:
             row = widgets.HTML(row_html(result))
             row.add_class("checklist-ok" if result.ok else "checklist-fail")
             rows.append(row)
         self.rows.children = rows
-        failing = sum(not r.ok for r in self.results)
-        self.summary.value = (f'<span style="color:{OK_COLOUR}">all {len(self.results)} checks '
-                              f'pass</span>' if not failing else
-                              f'<span style="color:{FAIL_COLOUR}">{failing} to fix</span>')
+        self.checked_at = datetime.now()
+        self.summary.value = summary_html(self.results, self.checked_at)
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})

@@ -5,7 +5,8 @@ helpers.checklist renders a list of them (notebook 00 ends with it).
 
 The classic Trainium surprise is here too: a NeuronCore belongs to the first process that opens
 it until that process exits, and the usual holder is the kernel of another notebook.
-`neuron_device_holders()` finds who holds /dev/neuron* by reading /proc/<pid>/fd.
+`neuron_device_holders()` finds who holds /dev/neuron* by reading /proc/<pid>/fd: it sees Neuron
+devices (2 NeuronCores each on trn1), not which of a device's cores a process took.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -20,17 +22,35 @@ from pathlib import Path
 from typing import NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
 
 from mnist_mlp.backend import (DEV_DIR, SUPPORTED_WORKER_COUNTS, Backend, instance_type,
                              visible_neuron_cores)
 from helpers.procfs import process_cmdline
-from mnist_mlp.paths import REPO_ROOT
+from mnist_mlp.paths import REPO_ROOT, repo_relative as shown_path
 
 PROC_DIR = Path("/proc")
 REQUIREMENTS = REPO_ROOT / "requirements.txt"
 NEURON_REQUIREMENTS = REPO_ROOT / "requirements-neuron.txt"
 # The pins that must hold exactly: a torch that torch-xla was not built against breaks its import.
-PINNED_PACKAGES = ("torch", "torch-xla", "torchvision", "torch-neuronx")
+PINNED_PACKAGES = ("torch", "torch-xla", "torchvision", "torch-neuronx", "neuronx-cc")
+OS_RELEASE = Path("/etc/os-release")
+# Neuron 2.31 is the last release with PyTorch/XLA training (torch-neuronx 2.9, pinned in
+# requirements-neuron.txt). Its package list gives Python 3.11-3.13 for torch-neuronx
+# 2.9.0.2.15.32035; its setup guide ("Install PyTorch via manual installation") covers Ubuntu 24.04
+# and 22.04 (end of support: no new DLAMIs or containers) and says "PyTorch 2.9 is not available on
+# Amazon Linux 2023". torch-neuronx 2.13 and later is TorchNeuron, native PyTorch for trn2/trn3.
+NEURON_PYTHONS = ((3, 11), (3, 12), (3, 13))
+NEURON_OS = {("ubuntu", "24.04"): "", ("ubuntu", "22.04"): " (end of support on Neuron: no new "
+             "DLAMIs or containers; Ubuntu 24.04 is the one to start from)"}
+XLA_TORCH_NEURONX = (2, 9)
+START_FROM = ("start from Ubuntu 24.04: the Neuron 2.31 'Deep Learning AMI Neuron PyTorch 2.9 "
+              "(Ubuntu 24.04)', or Ubuntu Server 24.04 with the Neuron 2.31 driver and runtime "
+              "(README)")
+# Tools looked up by name: torch-neuronx runs `neuronx-cc` to compile each graph, the workbook
+# `torchrun` and `neuron_parallel_compile`. In the venv's bin/, found only when it is on PATH.
+VENV_TOOLS = ("neuronx-cc", "neuron_parallel_compile", "torchrun")
+NEEDED_BY_NAME = ("neuronx-cc",)  # run by this very process (the kernel) when it compiles
 NEURON_DEVICE = re.compile(r"neuron\d+")
 # How a Jupyter kernel's command line looks (JupyterLab, Notebook, VS Code all start this module).
 JUPYTER_KERNEL = re.compile(r"ipykernel_launcher|ipykernel\b|\bkernel-[\w-]+\.json")
@@ -41,15 +61,6 @@ class CheckResult(NamedTuple):
     ok: bool
     message: str  # what the check found
     fix: str  # what to do when not ok ("" when ok)
-
-
-def shown_path(path: str | os.PathLike) -> str:
-    """A path as the reader should see it: relative to the repo when inside it."""
-    path = Path(os.path.abspath(path))  # not resolve(): a venv's python is a symlink out of it
-    try:
-        return path.relative_to(REPO_ROOT).as_posix() or "."
-    except ValueError:
-        return str(path)
 
 
 # ---------------------------------------------------------------- who holds the NeuronCores
@@ -67,6 +78,7 @@ class DeviceHolder:
         what = "a Jupyter kernel" if self.is_jupyter_kernel else "a process"
         if self.is_this_process:
             what = "this notebook's own kernel" if self.is_jupyter_kernel else "this process"
+        # A device, not a core: which of its NeuronCores the process took is not visible here.
         return f"pid {self.pid}, {what}, holds {', '.join(self.devices)}: {self.cmdline}"
 
 
@@ -128,8 +140,8 @@ FREE_CORES_FIX = (
     "If it is another notebook's kernel: in JupyterLab open 'Running Terminals and Kernels' "
     "(left sidebar) and shut that kernel down, or `kill <pid>`. To run two programs at once, "
     "give each its own cores before torch_xla starts, e.g. NEURON_RT_VISIBLE_CORES=0 for one "
-    "and NEURON_RT_VISIBLE_CORES=1 for the other. `neuron-ls` and `neuron-top` list the "
-    "processes using each core.")
+    "and NEURON_RT_VISIBLE_CORES=1 for the other (then both hold /dev/neuron0 and this check, "
+    "which sees devices, not cores, stays red: `neuron-top` shows each core's use).")
 
 
 SELF_HOLDS_FIX = (
@@ -146,7 +158,8 @@ def check_neuron_cores_free(proc_root: Path = PROC_DIR, dev_root: Path = DEV_DIR
     item = "NeuronCores free"
     if scan.others:
         listing = "; ".join(h.describe() for h in scan.others)
-        return CheckResult(item, False, f"held by another process: {listing}", FREE_CORES_FIX)
+        return CheckResult(item, False, f"a Neuron device is held by another process: {listing}",
+                           FREE_CORES_FIX)
     if not allow_self and scan.holders:
         return CheckResult(item, False, f"held by {scan.holders[0].describe()}", SELF_HOLDS_FIX)
     found = "no other process holds a Neuron device"
@@ -186,6 +199,87 @@ def check_backend(backend: Backend) -> CheckResult:
     return CheckResult(item, False, f"plain PyTorch on CPU: {backend.reason}",
                        "the XLA stages need torch-xla: `make venv` (or "
                        "`pip install -r requirements.txt`), then restart the kernel")
+
+
+def read_os_release(path: Path = OS_RELEASE) -> dict[str, str]:
+    """/etc/os-release as a dict (KEY=value lines, shell quoting); {} when it cannot be read."""
+    fields = {}
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return fields
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and not key.lstrip().startswith("#"):
+            try:
+                fields[key.strip()] = " ".join(shlex.split(value))
+            except ValueError:  # unbalanced quotes: keep the raw text
+                fields[key.strip()] = value.strip()
+    return fields
+
+
+def _installed_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+_INSTALLED = object()  # check_platform's default: look up the installed torch-neuronx
+
+
+def check_platform(os_release: Path = OS_RELEASE, python: tuple[int, int] = sys.version_info[:2],
+                   torch_neuronx=_INSTALLED, neuron_host: bool | None = None,
+                   dev_root: Path = DEV_DIR) -> CheckResult:
+    """On a Trainium host: an OS, Python and torch-neuronx that Neuron 2.31's PyTorch/XLA supports.
+
+    torch_neuronx: its version string (None: not installed). neuron_host: Neuron devices or
+    torch-neuronx present (found out when None); elsewhere, on the CPU stand-in, it passes
+    without judging.
+    """
+    item = "Platform"
+    if torch_neuronx is _INSTALLED:
+        torch_neuronx = _installed_version("torch-neuronx")
+    if neuron_host is None:
+        neuron_host = torch_neuronx is not None or any(
+            NEURON_DEVICE.fullmatch(p.name) for p in _safe_iterdir(Path(dev_root)))
+    release = read_os_release(os_release)
+    os_key = (release.get("ID", "").lower(), release.get("VERSION_ID", ""))
+    os_name = release.get("PRETTY_NAME") or " ".join(os_key).strip() or f"unknown OS ({os_release})"
+    py = "{}.{}".format(*python)
+    found = f"{os_name}, Python {py}, torch-neuronx {torch_neuronx or 'not installed'}"
+    if not neuron_host:
+        return CheckResult(item, True, "not a Trainium host (no Neuron device, no torch-neuronx): "
+                           "OS, Python and torch-neuronx are judged on Trainium only", "")
+    problems, fixes = [], []
+    if os_key == ("amzn", "2023"):
+        problems.append("PyTorch 2.9 (torch-neuronx) is not available on Amazon Linux 2023")
+        fixes.append(START_FROM)
+    elif os_key not in NEURON_OS:
+        problems.append(f"{os_name} is not an OS that Neuron 2.31's PyTorch 2.9 supports")
+        fixes.append(START_FROM)
+    if tuple(python) not in NEURON_PYTHONS:
+        problems.append(f"torch-neuronx 2.9 supports Python 3.11-3.13, not {py}")
+        fixes.append("re-create the venv with a supported Python, e.g. Ubuntu 24.04's: "
+                     "`make clean-venv && make venv PYTHON=python3.12`")
+    if torch_neuronx is None:
+        problems.append("torch-neuronx is not installed")
+    else:
+        try:
+            line = Version(torch_neuronx).release[:2]
+        except InvalidVersion:
+            line = None
+        if line != XLA_TORCH_NEURONX:
+            what = ("TorchNeuron (native PyTorch, device='neuron', trn2/trn3 only), not PyTorch/XLA"
+                    if line and line > XLA_TORCH_NEURONX else "not the PyTorch 2.9 (XLA) line")
+            problems.append(f"torch-neuronx {torch_neuronx} is {what}")
+    if torch_neuronx is None or any(p.startswith("torch-neuronx ") for p in problems):
+        fixes.append("install Neuron 2.31's PyTorch/XLA packages into this venv: "
+                     f"`{shown_path(Path(sys.executable))} -m pip install -r requirements.txt "
+                     "-r requirements-neuron.txt`, then restart the kernel")
+    if problems:
+        return CheckResult(item, False, f"{found}: " + "; ".join(problems), " ".join(fixes))
+    return CheckResult(item, True, found + NEURON_OS[os_key], "")
 
 
 def _pins(files) -> dict[str, tuple[Requirement, Path]]:
@@ -277,8 +371,8 @@ def nearest_existing(path: Path) -> Path:
 
 
 def check_compile_cache(env=None, stand_in: bool | None = None) -> CheckResult:
-    """The Neuron compile cache (helpers.compile_cache decides where) can be written."""
-    from helpers.compile_cache import locate_cache
+    """The Neuron compile cache (helpers.cache.location decides where) can be written."""
+    from helpers.cache.location import locate_cache
 
     item = "Compile cache"
     location = locate_cache(env)
@@ -303,32 +397,58 @@ def check_compile_cache(env=None, stand_in: bool | None = None) -> CheckResult:
         f"(compiles run as root leave it root-owned)")
 
 
-def check_torchrun(python: str = sys.executable) -> CheckResult:
+def check_torchrun() -> CheckResult:
     item = "torchrun"
     if importlib.util.find_spec("torch.distributed.run") is None:
         return CheckResult(item, False, "torch.distributed.run is missing from this torch",
                            "reinstall torch from requirements.txt: `make venv`")
-    ours = Path(python).parent / "torchrun"
-    on_path = shutil.which("torchrun")
-    message = (f"torch.distributed.run is in {shown_path(sys.prefix)} (the notebooks launch "
-               "it as `python -m torch.distributed.run`)")
-    if on_path and Path(on_path).resolve() != ours.resolve():
-        return CheckResult(item, False, message + f", but `torchrun` in a shell is {on_path}, "
-                           "another environment's",
-                           f"in a terminal, activate the workbook's venv first (`source "
-                           f"{shown_path(Path(python).parent / 'activate')}`) or call "
-                           f"{shown_path(ours)} by its path")
-    return CheckResult(item, True, message, "")
+    return CheckResult(item, True, f"torch.distributed.run is in {shown_path(sys.prefix)} (the "
+                       "notebooks launch it as `python -m torch.distributed.run`)", "")
+
+
+def check_tools_on_path(python: str = sys.executable, path: str | None = None) -> CheckResult:
+    """The venv's tools are what their names find on PATH: not another environment's, and
+    neuronx-cc, which this process itself runs, found at all."""
+    item = "Tools on PATH"
+    bin_dir = Path(os.path.abspath(python)).parent  # not resolved: a venv's python is a symlink
+    path = os.environ.get("PATH", "") if path is None else path
+    venv_bin = shown_path(bin_dir)
+    ours = [tool for tool in VENV_TOOLS if (bin_dir / tool).is_file()]
+    good, started_by_us, wrong = [], [], []
+    for tool in ours:
+        found = shutil.which(tool, path=path)
+        if found is None and tool not in NEEDED_BY_NAME:
+            started_by_us.append(tool)  # helpers.processes puts the venv's bin/ first for these
+        elif found is None or Path(found).resolve() != (bin_dir / tool).resolve():
+            wrong.append(f"`{tool}` is {found or 'not found'}")
+        else:
+            good.append(tool)
+    if wrong:
+        activate = shown_path(bin_dir / "activate")
+        return CheckResult(item, False,
+                           f"{'; '.join(wrong)} on this process's PATH, not {venv_bin}'s",
+                           f"start JupyterLab with `make lab` (it puts {venv_bin} first on PATH) "
+                           f"or, in a terminal, `source {activate}` first; then restart the kernel")
+    parts = [f"{', '.join(good)}: {venv_bin}'s"] if good else []
+    if started_by_us:
+        parts.append(f"{', '.join(started_by_us)}: not on this PATH, but the workbook starts "
+                     f"commands with {venv_bin} first")
+    missing = [tool for tool in VENV_TOOLS if tool not in ours]
+    if missing:
+        parts.append(f"{', '.join(missing)}: not installed (the CPU stand-in needs none)")
+    return CheckResult(item, True, "; ".join(parts), "")
 
 
 def run_checks(backend: Backend) -> list[CheckResult]:
     """Every setup check, in the order notebook 00 explains them."""
     return [
         check_backend(backend),
+        check_platform(torch_neuronx=backend.torch_neuronx_version),
         check_pins(),
         check_neuron_cores_visible(backend.neuron_cores),
         check_neuron_cores_free(),
         check_mnist(),
         check_compile_cache(stand_in=backend.name != "neuron"),
         check_torchrun(),
+        check_tools_on_path(),
     ]

@@ -17,6 +17,10 @@ from helpers.processes import (ERROR_TAIL_LINES, RANK_PREFIX_TEMPLATE, RunResult
 from mnist_mlp.backend import check_worker_count, instance_type
 
 DEFAULT_MASTER_PORT = 29500
+# Set-up chatter that says nothing about training: torchrun's OMP_NUM_THREADS banner (and its
+# rule of stars), gloo's "Rank N is connected to M peer ranks", blank lines.
+SETUP_NOISE = re.compile(r"^\*+\s*$|OMP_NUM_THREADS environment variable|"
+                         r"\[Gloo\] Rank \d+ is connected|^(\[rank\d+\]: ?)?\s*$")
 # Multi-node runs over EFA (trn1.32xlarge / trn1n.32xlarge: the smaller sizes have no EFA and cannot
 # run multi-node jobs) set these on every node: Neuron guide "How to prepare trn1.32xlarge for
 # multi-node execution". FI_EFA_FORK_SAFE=1 only on Linux kernels older than 5.15 (Amazon Linux 2's
@@ -32,7 +36,8 @@ def efa_env(kernel_release: str | None = None) -> dict[str, str]:
     release = platform.release() if kernel_release is None else kernel_release
     m = re.match(r"(\d+)\.(\d+)", release)
     if not m:
-        raise ValueError(f"kernel release {release!r}: expected `uname -r` output, e.g. 6.8.0-1015-aws")
+        raise ValueError(f"kernel release {release!r}: expected `uname -r` output, "
+                         "e.g. 6.8.0-1015-aws")
     old_kernel = (int(m.group(1)), int(m.group(2))) < FORK_SAFE_BEFORE_KERNEL
     return {**EFA_ENV, **(FORK_SAFE_ENV if old_kernel else {})}
 
@@ -113,16 +118,31 @@ def torchrun_command_line(script: str | os.PathLike, script_args: Sequence[str] 
 def run_torchrun(script: str | os.PathLike, script_args: Sequence[str] = (), *,
                  nproc_per_node: int, timeout: float, env: Mapping[str, str] | None = None,
                  cwd: str | os.PathLike | None = None, master_port: int | None = None,
-                 on_line: Callable[[str], object] = print, check: bool = True) -> RunResult:
+                 on_line: Callable[[str], object] = print, check: bool = True,
+                 log_path: str | os.PathLike | None = None, show_setup_lines: bool = False
+                 ) -> RunResult:
     """`torchrun --nproc_per_node=N script args` on this machine, every rank's lines streamed live.
 
     Raises ValueError before launching when N is not a worker count this instance supports,
     CommandFailed carrying the failing rank's error, CommandTimedOut after stopping every
-    process of the run. master_port=None picks a free port.
+    process of the run. master_port=None picks a free port. torchrun's OMP_NUM_THREADS banner
+    and gloo's connection lines are not shown unless show_setup_lines; log_path gets every line.
     """
     argv = torchrun_argv(script, script_args, nproc_per_node=nproc_per_node,
                          master_port=master_port or free_port())
     check_worker_count(nproc_per_node, instance_type())
     run_env = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_PREFIX_TEMPLATE, **(env or {})}
-    return run_streaming(argv, timeout=timeout, env=run_env, cwd=cwd, on_line=on_line,
-                         check=check, failure_summary=torchrun_failure_summary)
+    log = open(log_path, "w") if log_path is not None else None
+
+    def show(line: str) -> None:
+        if log is not None:
+            log.write(line + "\n")
+        if show_setup_lines or not SETUP_NOISE.search(line):
+            on_line(line)
+
+    try:
+        return run_streaming(argv, timeout=timeout, env=run_env, cwd=cwd, on_line=show,
+                             check=check, failure_summary=torchrun_failure_summary)
+    finally:
+        if log is not None:
+            log.close()

@@ -1,8 +1,7 @@
 """Make PyTorch/XLA's lazy execution visible: per-step compile counters, IR and HLO text.
 
-torch_xla is imported inside the functions, never at module import, so importing this
-module (or helpers.lesson_tools, which re-exports it) cannot initialise the XLA runtime
-before mnist_mlp.backend.select_backend() has chosen the device.
+torch_xla is imported inside the functions, never at module import, so importing this module
+cannot initialise the XLA runtime before select_backend() has chosen the device.
 """
 from __future__ import annotations
 

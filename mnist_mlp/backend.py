@@ -83,15 +83,16 @@ def _version(dist: str) -> str | None:
 
 
 def parse_core_list(spec: str) -> list[int]:
-    """'1' or '0-1' -> core indices. NEURON_RT_VISIBLE_CORES takes one core index or one inclusive
-    range (Neuron Runtime configuration guide), so a list such as '0,2' is refused, not guessed at."""
+    """'1' or '0-1' -> core indices. NEURON_RT_VISIBLE_CORES takes one core index or one
+    inclusive range (Neuron Runtime configuration guide): a list such as '0,2' is refused."""
     m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", spec)
     if not m:
-        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the Neuron runtime takes one core index "
-                         "or one range, e.g. '1' or '0-1' (not a list like '0,2')")
+        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the Neuron runtime takes one core "
+                         "index or one range, e.g. '1' or '0-1' (not a list like '0,2')")
     lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
     if hi < lo:
-        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the range runs backwards; write '{hi}-{lo}'")
+        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the range runs backwards; "
+                         f"write '{hi}-{lo}'")
     return list(range(lo, hi + 1))
 
 
@@ -141,7 +142,8 @@ def logical_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = D
 
 
 def visible_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
-    """Logical NeuronCores this process may use: the machine's, narrowed by NEURON_RT_VISIBLE_CORES."""
+    """Logical NeuronCores this process may use: the machine's, narrowed by
+    NEURON_RT_VISIBLE_CORES."""
     env = os.environ if env is None else env
     total = logical_neuron_cores(env, sysfs, dev_dir)
     spec = env.get("NEURON_RT_VISIBLE_CORES")

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,8 +30,13 @@ class UnwritableDirError(RuntimeError):
 def _file_in_the_way(path: Path) -> Path | None:
     """`path` or the nearest ancestor of it that exists and is not a directory, if any."""
     for candidate in (path, *path.parents):
-        if candidate.exists():
-            return None if candidate.is_dir() else candidate
+        try:
+            mode = os.stat(candidate).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:  # cannot look (permissions): creating or probing it will say why
+            return None
+        return None if stat.S_ISDIR(mode) else candidate
     return None
 
 

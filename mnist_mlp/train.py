@@ -39,6 +39,7 @@ def train(model, optimizer, loader, device, epochs, tracker, sync_each_step=True
     tracker.stop()
 
 
+@cli.one_line_errors  # bad flags or data, a diverged run: one line saying what to do
 def main(argv=None):
     started = time.perf_counter()
     args = cli.parse_args(__doc__, argv, device_loader=True)
@@ -68,4 +69,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    main()

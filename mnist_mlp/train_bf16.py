@@ -45,11 +45,12 @@ def train(model, optimizer, loader, device, epochs, tracker, sync_each_step=True
     tracker.stop()
 
 
+@cli.one_line_errors  # bad flags or data, a diverged run: one line saying what to do
 def main(argv=None):
     started = time.perf_counter()
     args = cli.parse_args(__doc__, argv, device_loader=True, precision=True)
-    if deprecated_bf16_env_error():
-        raise cli.UsageError(deprecated_bf16_env_error())
+    if error := deprecated_bf16_env_error():
+        raise cli.UsageError(error)
     print(backend.summary())
     # Read by the Neuron runtime and compiler when they start: set before the device is opened.
     os.environ["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if args.precision == "bf16-sr" else "0"
@@ -64,10 +65,13 @@ def main(argv=None):
         train_loader = pl.MpDeviceLoader(train_loader, device)
 
     torch.manual_seed(args.seed)  # the same initial weights every run
-    model = MLP().to(device)
+    model = MLP()
     if args.precision in BF16_MODEL:
+        # On the host, before .to(device): cast on the device, the first step's graph would
+        # hold the casts and differ from every later step's (one more graph to compile).
         model.to(torch.bfloat16)  # weights, gradients, activations: all BF16 from here on
         cast_inputs_to(model, torch.bfloat16)  # the loader's FP32 images too
+    model.to(device)
     if args.precision == "bf16-master":
         optimizer = FP32MasterSGD(model.parameters(), lr=args.lr)
     elif args.precision == "bf16-sr" and backend.name != "neuron":
@@ -90,4 +94,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    main()

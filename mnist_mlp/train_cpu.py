@@ -27,6 +27,7 @@ def train(model, optimizer, loader, device, epochs, tracker):
     tracker.stop()
 
 
+@cli.one_line_errors  # bad flags or data, a diverged run: one line saying what to do
 def main(argv=None):
     started = time.perf_counter()
     args = cli.parse_args(__doc__, argv)
@@ -49,4 +50,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    main()

@@ -27,3 +27,38 @@ def script_env():
 
 
 PYTHON = sys.executable
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A compile-cache tree in every layout (tests/cache_trees.py); afterwards, whatever the
+    test did, the symlink targets outside the root are all there, unchanged."""
+    from tests.cache_trees import build_cache_tree, outside_snapshot
+
+    t = build_cache_tree(tmp_path)
+    before = outside_snapshot(t)
+    yield t
+    assert outside_snapshot(t) == before
+    assert (t.root / "escape").is_symlink()
+
+
+@pytest.fixture
+def immutable():
+    """Mark paths immutable (chattr +i: even root cannot remove them or write into such a
+    directory), undone afterwards; skipped where the filesystem cannot set the flag."""
+    import shutil
+    import subprocess
+
+    marked = []
+
+    def mark(path):
+        if shutil.which("chattr") is None:
+            pytest.skip("no chattr here")
+        r = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+        if r.returncode:
+            pytest.skip(f"chattr +i not possible here: {r.stderr.strip()}")
+        marked.append(path)
+
+    yield mark
+    for path in reversed(marked):
+        subprocess.run(["chattr", "-i", str(path)], check=True)

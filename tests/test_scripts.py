@@ -186,3 +186,92 @@ def test_bad_flags_are_clear_errors(script_env):
     proc = subprocess.run([sys.executable, "mnist_mlp/train_cpu.py", "--epochs", "0"], cwd=REPO_ROOT,
                           env=script_env, capture_output=True, text=True)
     assert proc.returncode == 2 and "--epochs: must be a positive integer" in proc.stderr
+
+
+# --------------------------------------------------------------------------- bad input, faults
+
+
+def run_failing(args, env, timeout=600):
+    proc = subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def assert_one_error_line(stderr, *fragments):
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, stderr
+    for fragment in fragments:
+        assert fragment in stderr, stderr
+
+
+def test_lr_must_be_positive(script_env):
+    for value in ("-1", "0", "nan"):
+        code, _, err = run_failing([sys.executable, "mnist_mlp/train_cpu.py", "--lr", value],
+                                   script_env)
+        assert code == 2 and "--lr: must be a positive number" in err, err
+
+
+@pytest.mark.parametrize("script", ["train_cpu.py", "train.py"])
+def test_a_diverged_run_fails_and_keeps_the_good_checkpoint(tmp_path, script_env, mnist_root, script):
+    stage = "cpu" if script == "train_cpu.py" else "xla"
+    good_checkpoint, good_results = b"the last good checkpoint", b'{"stage": "kept"}'
+    (tmp_path / f"checkpoint_{stage}.pt").write_bytes(good_checkpoint)
+    (tmp_path / f"results_{stage}.json").write_bytes(good_results)
+    code, out, err = run_failing([sys.executable, f"mnist_mlp/{script}", "--lr", "1e6",
+                                  "--steps-this-run", "120", "--checkpoint-dir", str(tmp_path)],
+                                 script_env)
+    assert code == 1, out + err
+    assert_one_error_line(err, "training diverged", "Lower --lr")
+    assert "----------End Training" not in out  # stopped at the first loss it read, not at the end
+    assert (tmp_path / f"checkpoint_{stage}.pt").read_bytes() == good_checkpoint
+    assert (tmp_path / f"results_{stage}.json").read_bytes() == good_results
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint_{stage}.pt",
+                                                          f"results_{stage}.json"]
+
+
+def test_flags_that_train_zero_steps_are_refused_before_any_work(tmp_path, script_env, mnist_root):
+    code, out, err = run_failing([sys.executable, "mnist_mlp/train.py", "--batch-size", "70000",
+                                  "--checkpoint-dir", str(tmp_path)], script_env)
+    assert code == 1
+    assert_one_error_line(err, "would train 0 steps", "smaller --batch-size")
+    assert "----------Training" not in out
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file"])
+def test_an_unwritable_checkpoint_dir_is_found_before_training(tmp_path, script_env, kind):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a directory")
+    target = blocker if kind == "a file" else blocker / "checkpoints"
+    code, out, err = run_failing([sys.executable, "mnist_mlp/train_cpu.py", "--checkpoint-dir",
+                                  str(target)], script_env)
+    assert code == 1
+    assert_one_error_line(err, "--checkpoint-dir")
+    assert "----------Training" not in out  # found before any training, nothing lost
+    assert blocker.read_text() == "a file, not a directory"
+
+
+def test_unequal_steps_across_workers_are_refused_not_a_hang(tmp_path, script_env, mnist_root):
+    """60,000 images over 7 workers in batches of 2143: 4 steps on some ranks, 3 on others. The
+    rank with the extra step would wait in the all-reduce forever: refused before training."""
+    started = time.time()
+    code, out, err = run_failing(torchrun(7, "--batch-size", "2143", "--checkpoint-dir",
+                                          str(tmp_path)), script_env, timeout=300)
+    assert code != 0
+    output = out + err
+    assert "give 3 or 4 steps per epoch" in output and "--batch-size 2142 or 2144" in output
+    assert "----------Training" not in output
+    assert time.time() - started < 240
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_progress_lines_come_from_the_loss_reads(tmp_path, script_env, mnist_root):
+    out = run([sys.executable, "mnist_mlp/train.py", "--steps-this-run", "200", "--checkpoint-dir",
+               str(tmp_path)], script_env)
+    progress = [line for line in out.splitlines() if line.startswith("step ")]
+    assert [line.split(":")[0] for line in progress] == [
+        "step 1/200", "step 50/200", "step 100/200", "step 150/200", "step 200/200"]
+    assert "the first step compiles the graphs" in progress[0]
+    history = load_results(tmp_path, "xla")["loss_history"]
+    assert [f"step {s}/200: loss {v:.4f}" for s, v in history] == [p.split(" (")[0] for p in progress]

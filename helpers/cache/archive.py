@@ -23,8 +23,8 @@ from helpers.cache.entry import XLA_CACHE_FILE, Entry, NotRegularFile, scan_entr
 from helpers.cache.location import CompileCacheError, local_path, open_root
 from helpers.cache.plans import check_inside, compiler_processes, lock_is_stale, remove_inside
 from helpers.cache.scan import LOCK_STALE_AFTER_S, scan_cache
-from helpers.cache.units import human_bytes, iso_time
-from mnist_mlp.checkpoint import atomic_path
+from helpers.cache.units import human_bytes, iso_time, reason_dicts, report
+from mnist_mlp.checkpoint import UnwritableDirError, atomic_path
 
 MANIFEST_NAME = "compile-cache-manifest.json"
 MANIFEST_FORMAT = "trainium-workbook/compile-cache-export/2"
@@ -101,8 +101,10 @@ def export_cache(root, archive: str | os.PathLike, versions=None,
         "entries": listed,
     }
     try:
-        with atomic_path(archive) as tmp:
+        with atomic_path(archive, hint="Write the archive somewhere else.") as tmp:
             _write_tar(tmp, manifest, members, progress)
+    except UnwritableDirError as err:
+        raise CompileCacheError(f"cannot write the archive {archive}: {err}") from err
     except OSError as err:
         raise CompileCacheError(f"cannot write the archive {archive}: "
                                 f"{err.strerror or err}") from err
@@ -159,16 +161,13 @@ class ImportResult:
     manifest: dict | None = None
 
     def render(self) -> str:
-        lines = [f"Imported into {self.root}: {len(self.added)} added, {len(self.replaced)} "
-                 f"replaced (were failed or incomplete), {len(self.skipped)} kept as they were"]
-        lines += [f"  kept {k}: {why}" for k, why in self.skipped]
-        lines += [f"  ignored {k}: {why}" for k, why in self.ignored]
-        return "\n".join(lines)
+        return report(f"Imported into {self.root}: {len(self.added)} added, {len(self.replaced)} "
+                      f"replaced (were failed or incomplete), {len(self.skipped)} kept as they "
+                      "were", kept=self.skipped, ignored=self.ignored)
 
     def to_dict(self) -> dict:
         return {"root": str(self.root), "added": self.added, "replaced": self.replaced,
-                "skipped": [{"key": k, "why": w} for k, w in self.skipped],
-                "ignored": [{"key": k, "why": w} for k, w in self.ignored],
+                "skipped": reason_dicts(self.skipped), "ignored": reason_dicts(self.ignored),
                 "manifest": self.manifest}
 
 

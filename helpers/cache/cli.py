@@ -38,12 +38,19 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(err)) from err
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: two lines (what is wrong, where to look), not the whole usage text."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Inspect and tidy the Neuron persistent compile cache. Removals always print "
                     "their plan first; --dry-run stops there.")
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--root", help="cache directory (default: --cache_dir in NEURON_CC_FLAGS, "
                         f"else {CACHE_URL_ENV}, else {DEFAULT_ROOT})")
     common.add_argument("--json", action="store_true", help="machine-readable output")

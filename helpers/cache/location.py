@@ -48,12 +48,12 @@ class CacheLocation:
 
 def locate_cache(env=None) -> CacheLocation:
     """The cache Neuron would use: --cache_dir in NEURON_CC_FLAGS, else NEURON_COMPILE_CACHE_URL,
-    else /var/tmp/neuron-compile-cache. Raises ValueError for NEURON_CC_FLAGS that cannot be
-    split or a --cache_dir with no value (the wrapper would not use the default then either)."""
+    else /var/tmp/neuron-compile-cache. Raises FlagsError for NEURON_CC_FLAGS that cannot be
+    split, or that hold --cache_dir with no value (a mistake, not a request for the default)."""
     env = os.environ if env is None else env
     cache_dir = flags.get_flag(env.get(flags.ENV_VAR), "--cache_dir")
     if cache_dir is True or cache_dir == "":
-        raise ValueError(f"{flags.ENV_VAR} has --cache_dir with no value: give it a directory "
+        raise flags.FlagsError(f"{flags.ENV_VAR} has --cache_dir with no value: give it a directory "
                          "(--cache_dir=/path) or remove it to use the default cache")
     if cache_dir:
         return CacheLocation(cache_dir, f"--cache_dir in {flags.ENV_VAR}")

@@ -16,7 +16,7 @@ from pathlib import Path
 from helpers.cache.entry import Entry, layout_of, scan_entry
 from helpers.cache.location import CompileCacheError, installed_compiler_version, same_compiler_version
 from helpers.cache.scan import LOCK_STALE_AFTER_S, CacheScan
-from helpers.cache.units import human_bytes, iso_time
+from helpers.cache.units import SizeTotals, human_bytes, iso_time, reason_dicts, report
 from helpers.procfs import PROC_DIR, process_cmdline
 
 # Processes that compile into the cache: while one runs, no lock is called stale.
@@ -62,7 +62,7 @@ class PlanItem:
 
 
 @dataclass
-class Plan:
+class Plan(SizeTotals):
     action: str
     root: Path
     items: list[PlanItem] = field(default_factory=list)
@@ -70,13 +70,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     params: dict = field(default_factory=dict)
 
-    @property
-    def size_bytes(self) -> int:
-        return sum(i.size_bytes for i in self.items)
-
-    @property
-    def disk_bytes(self) -> int:
-        return sum(i.disk_bytes for i in self.items)
+    def _sized(self):
+        return self.items
 
     def render(self) -> str:
         head = f"Plan: {self.action} in {self.root}"
@@ -90,16 +85,14 @@ class Plan:
                 lines.append(f"    - {i.key}  [{i.kind}, {human_bytes(i.size_bytes)}]  {i.reason}")
         else:
             lines.append("  nothing to remove")
-        for key, why in self.kept:
-            lines.append(f"  keep {key}: {why}")
-        lines += [f"  note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        notes = [f"  note: {n}" for n in self.notes]
+        return "\n".join([report("\n".join(lines), keep=self.kept), *notes])
 
     def to_dict(self) -> dict:
         return {"action": self.action, "root": str(self.root), "params": self.params,
                 "size_bytes": self.size_bytes, "disk_bytes": self.disk_bytes,
                 "items": [{**asdict(i), "path": str(i.path)} for i in self.items],
-                "kept": [{"key": k, "why": w} for k, w in self.kept], "notes": self.notes}
+                "kept": reason_dicts(self.kept), "notes": self.notes}
 
 
 def _entry_item(e: Entry, reason: str) -> PlanItem:
@@ -237,15 +230,13 @@ class ApplyResult:
     disk_bytes: int = 0
 
     def render(self) -> str:
-        lines = [f"Removed {len(self.removed)} item(s), freed {human_bytes(self.size_bytes)} "
-                 f"apparent, {human_bytes(self.disk_bytes)} on disk"]
-        lines += [f"  skipped {k}: {why}" for k, why in self.skipped]
-        lines += [f"  FAILED {k}: {why}" for k, why in self.failed]
-        return "\n".join(lines)
+        return report(f"Removed {len(self.removed)} item(s), freed {human_bytes(self.size_bytes)} "
+                      f"apparent, {human_bytes(self.disk_bytes)} on disk",
+                      skipped=self.skipped, FAILED=self.failed)
 
     def to_dict(self) -> dict:
-        return {"removed": self.removed, "skipped": [{"key": k, "why": w} for k, w in self.skipped],
-                "failed": [{"key": k, "why": w} for k, w in self.failed],
+        return {"removed": self.removed, "skipped": reason_dicts(self.skipped),
+                "failed": reason_dicts(self.failed),
                 "size_bytes": self.size_bytes, "disk_bytes": self.disk_bytes}
 
 

@@ -15,7 +15,7 @@ from helpers.cache.entry import (LEGACY_MODULE_DIR, LEGACY_VERSION_DIR, MODULE_D
                                  VERSION_DIR, XLA_CACHE_FILE, Entry, scan_entry)
 from helpers.cache.location import (PROC_MOUNTS, CompileCacheError, on_network_filesystem,
                                     open_root)
-from helpers.cache.units import human_bytes, iso_time
+from helpers.cache.units import SizeTotals, human_bytes, iso_time
 
 LOCK_STALE_AFTER_S = 30 * 60
 XLA_CPU_NOTE = ("torch-xla persistent cache files: on the CPU stand-in (PJRT_DEVICE=CPU) torch-xla "
@@ -39,7 +39,7 @@ class VersionSummary:
 
 
 @dataclass
-class CacheScan:
+class CacheScan(SizeTotals):
     root: Path
     entries: list[Entry]
     unknown: list[Unknown]
@@ -62,13 +62,8 @@ class CacheScan:
             s.by_state[e.state] += 1
         return dict(sorted(out.items()))
 
-    @property
-    def size_bytes(self) -> int:
-        return sum(e.size_bytes for e in self.entries)
-
-    @property
-    def disk_bytes(self) -> int:
-        return sum(e.disk_bytes for e in self.entries)
+    def _sized(self):
+        return self.entries
 
     def filter(self, states=None, versions=None) -> list[Entry]:
         states = set(states or STATES)

@@ -34,3 +34,29 @@ def iso_time(t: float) -> str | None:
 
 def short_time(t: float) -> str:
     return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t else "-"
+
+
+def report(head: str, **reasons) -> str:
+    """A head line, then each verb's (key, why) pairs as '  <verb> <key>: <why>' lines."""
+    return "\n".join([head] + [f"  {verb} {key}: {why}" for verb, pairs in reasons.items()
+                                for key, why in pairs])
+
+
+def reason_dicts(pairs) -> list[dict]:
+    """(key, why) pairs for JSON output."""
+    return [{"key": key, "why": why} for key, why in pairs]
+
+
+class SizeTotals:
+    """size_bytes (apparent) and disk_bytes (allocated) summed over `_sized()`."""
+
+    def _sized(self):
+        raise NotImplementedError
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.size_bytes for p in self._sized())
+
+    @property
+    def disk_bytes(self) -> int:
+        return sum(p.disk_bytes for p in self._sized())

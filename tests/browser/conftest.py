@@ -98,6 +98,11 @@ class NotebookRuns:
                     self.release(path.name)
         return self.runs[name]
 
+    def finish(self, name: str) -> None:
+        """Done with its widgets: shut its kernel down (if kept open) before the next notebook."""
+        if name in self.kept_open:
+            self.release(name)
+
     def release(self, name: str) -> None:
         run = self.runs[name]
         shut_down_kernel(self.server, name)

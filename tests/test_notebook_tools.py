@@ -1,4 +1,4 @@
-"""Tests of the notebook display helpers (helpers/lesson_tools.py, helpers/xla_metrics.py)."""
+"""Tests of the notebooks' display helpers: diffs, stages, plots, xla_metrics."""
 import json
 import os
 import re
@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from helpers import lesson_tools as lt  # noqa: E402
+from helpers import diffs, plots, stages, xla_metrics  # noqa: E402
 from mnist_mlp.paths import REPO_ROOT  # noqa: E402
 
 
@@ -47,7 +47,7 @@ XLA_SCRIPT = textwrap.dedent("""\
 
 
 def test_diff_pairs_replaced_lines_and_marks_insertions():
-    rows = lt.script_diff_lines(CPU_SCRIPT, XLA_SCRIPT, context=10)
+    rows = diffs.script_diff_lines(CPU_SCRIPT, XLA_SCRIPT, context=10)
     changed = [(r.kind, r.left, r.right) for r in rows if r.kind != "same"]
     assert changed == [
         ("added", "", "import torch_xla"),
@@ -68,15 +68,15 @@ def test_diff_folds_long_unchanged_runs_into_counted_gaps():
     common = [f"line {i}" for i in range(20)]
     a = common + ["lr = 0.01"] + common
     b = common + ["lr = 0.02"] + common
-    rows = lt.script_diff_lines(a, b, context=2)
+    rows = diffs.script_diff_lines(a, b, context=2)
     kinds = [r.kind for r in rows]
     assert kinds == ["gap", "same", "same", "changed", "same", "same", "gap"]
     assert rows[0].hidden == 18 and rows[-1].hidden == 18
-    assert lt.script_diff_lines(a, a) == []
+    assert diffs.script_diff_lines(a, a) == []
 
 
 def test_diff_pairs_edited_lines_but_not_unrelated_ones():
-    rows = lt.script_diff_lines(
+    rows = diffs.script_diff_lines(
         "    tracker.stop()\n    device = backend.device\nx = 1\n",
         "    tracker.stop(wait_for_device=xm.wait_device_ops)\n"
         "    device = backend.device  # torch_xla.device()\nprint('unrelated')\n")
@@ -86,23 +86,23 @@ def test_diff_pairs_edited_lines_but_not_unrelated_ones():
         ("removed", "x = 1", ""),
         ("added", "", "print('unrelated')"),
     ]
-    assert lt.line_similarity("abc", "abc") == 1.0
-    assert lt.line_similarity("x = 1", "print('unrelated')") < lt.SIMILAR_LINE_RATIO
+    assert diffs.line_similarity("abc", "abc") == 1.0
+    assert diffs.line_similarity("x = 1", "print('unrelated')") < diffs.SIMILAR_LINE_RATIO
 
 
 def test_diff_of_removed_lines():
-    rows = lt.script_diff_lines("a\nb\nc\n", "a\nc\n", context=0)
+    rows = diffs.script_diff_lines("a\nb\nc\n", "a\nc\n", context=0)
     assert [(r.kind, r.left_no, r.left) for r in rows] == [
         ("gap", None, ""), ("removed", 2, "b"), ("gap", None, "")]
     with pytest.raises(ValueError, match="context"):
-        lt.script_diff_lines("a", "b", context=-1)
+        diffs.script_diff_lines("a", "b", context=-1)
 
 
 def test_show_script_diff_renders_markers_that_survive_without_css(tmp_path):
     a, b = tmp_path / "train_cpu.py", tmp_path / "train.py"
     a.write_text(CPU_SCRIPT + "x = '<tag>'\n")
     b.write_text(XLA_SCRIPT + "x = '<tag>'\n")
-    shown = lt.show_script_diff(a, b)
+    shown = diffs.show_script_diff(a, b)
     page = shown._repr_html_()
     # Without styles (GitHub) the change is still readable: markers, bold, kept indentation.
     unstyled = re.sub(r' style="[^"]*"', "", page)
@@ -116,16 +116,16 @@ def test_show_script_diff_renders_markers_that_survive_without_css(tmp_path):
 
 
 def test_show_script_diff_labels_repo_files_relative_to_the_repo(tmp_path):
-    here = REPO_ROOT / "helpers" / "paths.py"
-    shown = lt.show_script_diff(here, here)
-    assert "helpers/paths.py and helpers/paths.py are identical" in repr(shown)
+    here = REPO_ROOT / "mnist_mlp" / "paths.py"
+    shown = diffs.show_script_diff(here, here)
+    assert "mnist_mlp/paths.py and mnist_mlp/paths.py are identical" in repr(shown)
     assert str(REPO_ROOT) not in shown._repr_html_()
 
 
 def test_show_script_diff_missing_file_says_where_scripts_are(tmp_path):
     (tmp_path / "a.py").write_text("x\n")
     with pytest.raises(FileNotFoundError, match="mnist_mlp/"):
-        lt.show_script_diff(tmp_path / "a.py", tmp_path / "nope.py")
+        diffs.show_script_diff(tmp_path / "a.py", tmp_path / "nope.py")
 
 
 # --------------------------------------------------------------------------- results
@@ -144,22 +144,22 @@ def test_load_results_orders_stages_cpu_xla_then_torchrun_by_workers(tmp_path):
     for stage in ("torchrun_w8", "xla", "torchrun_w2", "cpu"):
         write_result(tmp_path, stage)
     (tmp_path / "checkpoint_cpu.pt").write_bytes(b"not json, not a results file")
-    assert list(lt.load_results(tmp_path)) == ["cpu", "xla", "torchrun_w2", "torchrun_w8"]
+    assert list(stages.load_results(tmp_path)) == ["cpu", "xla", "torchrun_w2", "torchrun_w8"]
 
 
 def test_load_results_bad_files_name_the_file_and_the_fix(tmp_path):
     (tmp_path / "results_cpu.json").write_text("{truncated")
-    with pytest.raises(ValueError, match=r"results_cpu\.json is not valid JSON.*re-run"):
-        lt.load_results(tmp_path)
+    with pytest.raises(ValueError, match=r"results_cpu\.json cannot be read as results JSON.*re-run"):
+        stages.load_results(tmp_path)
     write_result(tmp_path, "cpu")
     write_result(tmp_path, "xla")
     mislabelled = json.loads((tmp_path / "results_cpu.json").read_text())
     (tmp_path / "results_xla.json").write_text(json.dumps(mislabelled))
     with pytest.raises(ValueError, match="says stage 'cpu'"):
-        lt.load_results(tmp_path)
+        stages.load_results(tmp_path)
     (tmp_path / "results_xla.json").write_text(json.dumps({"stage": "xla", "final_loss": 1}))
-    with pytest.raises(ValueError, match="lacks throughput_it_s, test_accuracy"):
-        lt.load_results(tmp_path)
+    with pytest.raises(ValueError, match="lacks backend.*test_accuracy"):
+        stages.load_results(tmp_path)
     # Nothing was removed or rewritten.
     assert json.loads((tmp_path / "results_xla.json").read_text()) == {"stage": "xla", "final_loss": 1}
 
@@ -167,10 +167,10 @@ def test_load_results_bad_files_name_the_file_and_the_fix(tmp_path):
 def test_results_table_counts_all_workers_and_formats(tmp_path):
     write_result(tmp_path, "cpu", throughput_it_s=287.0)
     write_result(tmp_path, "torchrun_w2", world_size=2, throughput_it_s=163.0, test_accuracy=0.9312)
-    rows = lt.results_table(lt.load_results(tmp_path))
+    rows = stages.results_table(stages.load_results(tmp_path))
     assert [(r["stage"], r["workers"], r["total_throughput_it_s"]) for r in rows] == [
         ("cpu", 1, 287.0), ("torchrun_w2", 2, 326.0)]
-    text = lt.format_table(rows, ["stage", "total_throughput_it_s", "test_accuracy"])
+    text = stages.format_table(rows, ["stage", "total_throughput_it_s", "test_accuracy"])
     lines = text.splitlines()
     assert lines[0].split() == ["stage", "total_throughput_it_s", "test_accuracy"]
     assert lines[3].split() == ["torchrun_w2", "326", "0.9312"]
@@ -179,7 +179,7 @@ def test_results_table_counts_all_workers_and_formats(tmp_path):
 def test_plot_stage_comparison_skips_missing_stages_with_a_note(tmp_path, capsys):
     write_result(tmp_path, "cpu", throughput_it_s=287.0)
     write_result(tmp_path, "torchrun_w2", world_size=2, throughput_it_s=163.0)
-    fig, rows = lt.plot_stage_comparison(tmp_path)
+    fig, rows = stages.plot_stage_comparison(tmp_path)
     out = capsys.readouterr().out
     assert "No results for the xla stage yet: run notebook 02" in out
     assert "cpu stage" not in out and "torchrun stage" not in out
@@ -195,13 +195,13 @@ def test_plot_stage_comparison_skips_missing_stages_with_a_note(tmp_path, capsys
 def test_plot_stage_comparison_names_epochs_when_runs_differ_in_length(tmp_path):
     write_result(tmp_path, "cpu", epochs=4)
     write_result(tmp_path, "xla", epochs=1)
-    fig, rows = lt.plot_stage_comparison(tmp_path)
+    fig, rows = stages.plot_stage_comparison(tmp_path)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["cpu\n4 epochs", "xla\n1 epoch"]
 
 
 def test_plot_stage_comparison_without_any_results_says_what_to_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="run the stages first"):
-        lt.plot_stage_comparison(tmp_path)
+        stages.plot_stage_comparison(tmp_path)
 
 
 # --------------------------------------------------------------------------- pictures
@@ -209,7 +209,7 @@ def test_plot_stage_comparison_without_any_results_says_what_to_run(tmp_path):
 
 def test_show_digits_titles_and_flags_wrong_predictions():
     images = np.random.default_rng(0).random((5, 1, 28, 28), dtype=np.float32)
-    fig = lt.show_digits(images, [7, 2, 1, 0, 4], [7, 3, 1, 0, 4], columns=3)
+    fig = plots.show_digits(images, [7, 2, 1, 0, 4], [7, 3, 1, 0, 4], columns=3)
     titled = [ax for ax in fig.axes if ax.get_title()]
     assert [ax.get_title() for ax in titled] == ["7→7", "2→3", "1→1", "0→0", "4→4"]
     red = [ax.get_title() for ax in titled if ax.title.get_color() == "#c00000"]
@@ -220,25 +220,25 @@ def test_show_digits_titles_and_flags_wrong_predictions():
 def test_show_digits_accepts_tensors_and_rejects_mismatches():
     import torch
 
-    fig = lt.show_digits(torch.zeros(2, 28, 28), torch.tensor([3, 5]))
+    fig = plots.show_digits(torch.zeros(2, 28, 28), torch.tensor([3, 5]))
     assert [ax.get_title() for ax in fig.axes] == ["3", "5"]
     with pytest.raises(ValueError, match="3 images but 2 labels"):
-        lt.show_digits(torch.zeros(3, 28, 28), [1, 2])
+        plots.show_digits(torch.zeros(3, 28, 28), [1, 2])
     with pytest.raises(ValueError, match="shape"):
-        lt.show_digits(torch.zeros(3, 784), [1, 2, 3])
+        plots.show_digits(torch.zeros(3, 784), [1, 2, 3])
 
 
 def test_plot_loss_curve_pairs_lists_and_ranks():
-    fig = lt.plot_loss_curve([[0, 2.3], [10, 1.0], [20, 0.5]])
+    fig = plots.plot_loss_curve([[0, 2.3], [10, 1.0], [20, 0.5]])
     xs, ys = fig.axes[0].lines[0].get_data()
     assert list(xs) == [0, 10, 20] and list(ys) == [2.3, 1.0, 0.5]
-    fig = lt.plot_loss_curve({"0": [[0, 2.0], [1, 1.0]], "1": [[0, 2.1], [1, 1.1]]})
+    fig = plots.plot_loss_curve({"0": [[0, 2.0], [1, 1.0]], "1": [[0, 2.1], [1, 1.1]]})
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["0", "1"]
-    fig = lt.plot_loss_curve([4.0, 2.0, 0.0, 2.0], smooth=2)
+    fig = plots.plot_loss_curve([4.0, 2.0, 0.0, 2.0], smooth=2)
     mean = fig.axes[0].lines[1].get_ydata()
     assert list(mean) == [3.0, 1.0, 1.0]
     with pytest.raises(ValueError, match="empty"):
-        lt.plot_loss_curve([])
+        plots.plot_loss_curve([])
 
 
 # --------------------------------------------------------------------------- XLA metrics
@@ -248,12 +248,12 @@ def test_metric_deltas_and_compiled_steps():
     before = {"UncachedCompile": 1, "CachedCompile": 4, "ExecuteComputation": 5,
               "compile_time_s": 0.5, "transfers_from_device": 2}
     after = dict(before, UncachedCompile=2, ExecuteComputation=7, compile_time_s=0.75)
-    delta = lt.metric_deltas(before, after)
+    delta = xla_metrics.metric_deltas(before, after)
     assert delta == {"UncachedCompile": 1, "CachedCompile": 0, "ExecuteComputation": 2,
                      "compile_time_s": 0.25, "transfers_from_device": 0}
-    rows = [dict(delta, step=0), dict(lt.metric_deltas(after, after), step=1), dict(delta, step=2)]
-    assert lt.compiled_steps(rows) == [0, 2]
-    fig = lt.plot_compile_metrics(rows)
+    rows = [dict(delta, step=0), dict(xla_metrics.metric_deltas(after, after), step=1), dict(delta, step=2)]
+    assert xla_metrics.compiled_steps(rows) == [0, 2]
+    fig = xla_metrics.plot_compile_metrics(rows)
     assert len(fig.axes) == 2
     assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["0", "1", "2"]
 
@@ -264,7 +264,7 @@ def test_plot_compile_metrics_marks_compiles_among_many_steps():
     rows = [dict(quiet, step=i, label=None) for i in range(100)]
     rows[0] = dict(rows[0], UncachedCompile=1, CachedCompile=0, compile_time_s=0.2, label="32 images")
     rows[99] = dict(rows[99], UncachedCompile=1, CachedCompile=0, compile_time_s=0.3)
-    fig = lt.plot_compile_metrics(rows, xlabel="batch")
+    fig = xla_metrics.plot_compile_metrics(rows, xlabel="batch")
     top, bottom = fig.axes
     assert [t.get_text() for t in top.texts] == ["32 images", "step 99"]
     assert bottom.get_xlabel() == "batch"
@@ -273,19 +273,19 @@ def test_plot_compile_metrics_marks_compiles_among_many_steps():
 def test_describe_a_step_in_words():
     row = {"step": 0, "label": "step 0", "UncachedCompile": 1, "CachedCompile": 0,
            "ExecuteComputation": 2, "compile_time_s": 1.616, "transfers_from_device": 1}
-    assert lt.describe(row) == ("step 0: 1 new graph compiled (1.62 s), 0 cache hits, "
+    assert xla_metrics.describe(row) == ("step 0: 1 new graph compiled (1.62 s), 0 cache hits, "
                                 "2 executions, 1 transfer from the device")
     quiet = dict(row, label=None, UncachedCompile=0, ExecuteComputation=1, transfers_from_device=0)
-    assert lt.describe(quiet) == ("0 new graphs compiled, 0 cache hits, 1 execution, "
+    assert xla_metrics.describe(quiet) == ("0 new graphs compiled, 0 cache hits, 1 execution, "
                                   "0 transfers from the device")
 
 
 def test_trim_lines():
     text = "\n".join(f"l{i}" for i in range(10)) + "\n"
-    assert lt.trim_lines(text, 10) == text.rstrip("\n")
-    assert lt.trim_lines(text, 3).splitlines() == ["l0", "l1", "l2", "... (7 more lines, 10 in all)"]
+    assert xla_metrics.trim_lines(text, 10) == text.rstrip("\n")
+    assert xla_metrics.trim_lines(text, 3).splitlines() == ["l0", "l1", "l2", "... (7 more lines, 10 in all)"]
     with pytest.raises(ValueError):
-        lt.trim_lines(text, 0)
+        xla_metrics.trim_lines(text, 0)
 
 
 SMALL_HLO = textwrap.dedent("""\
@@ -307,13 +307,13 @@ SMALL_HLO = textwrap.dedent("""\
 
 
 def test_hlo_entry_computation_and_op_counts():
-    entry = lt.entry_computation(SMALL_HLO)
+    entry = xla_metrics.entry_computation(SMALL_HLO)
     assert entry.startswith("ENTRY %IrToHlo.9") and "AddComputation" not in entry.splitlines()[0]
     # The helper computation's add is not counted; the ROOT tuple (a tuple shape) is.
-    assert lt.hlo_op_counts(SMALL_HLO) == {"multiply": 2, "parameter": 1, "constant": 1,
+    assert xla_metrics.hlo_op_counts(SMALL_HLO) == {"multiply": 2, "parameter": 1, "constant": 1,
                                            "reduce": 1, "tuple": 1}
     with pytest.raises(ValueError, match="no ENTRY"):
-        lt.entry_computation("IR {\n}")
+        xla_metrics.entry_computation("IR {\n}")
 
 
 # A real XLA-on-CPU run in a child process: PJRT_DEVICE must be set before torch_xla
@@ -323,7 +323,7 @@ RECORDER_PROBE = textwrap.dedent("""\
     os.environ["PJRT_DEVICE"] = "CPU"
     import torch, torch_xla
     import torch_xla.core.xla_model as xm
-    from helpers.lesson_tools import (CompileMetricsRecorder, compiled_steps, hlo_ops, hlo_text,
+    from helpers.xla_metrics import (CompileMetricsRecorder, compiled_steps, hlo_ops, hlo_text,
                                       ir_text)
     from mnist_mlp.model import MLP
 
@@ -361,7 +361,7 @@ RECORDER_PROBE = textwrap.dedent("""\
 
 @pytest.fixture(scope="module")
 def recorder_probe():
-    env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=str(REPO_ROOT))
+    env = dict(os.environ, PJRT_DEVICE="CPU")
     proc = subprocess.run([sys.executable, "-c", RECORDER_PROBE], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

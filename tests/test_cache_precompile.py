@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import precompile as pc
+from helpers.cache import precompile as pc
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS = ["--epochs", "2", "--batch-size", "64", "--lr", "0.05", "--seed", "1", "--loader", "fast",
@@ -40,15 +40,18 @@ out.mkdir(parents=True, exist_ok=True)
 (out / "results_xla.json").write_text(json.dumps({"stage": "xla", "graphs_compiled": graphs}))
 cache = os.environ.get("NEURON_COMPILE_CACHE_URL")
 if cache and not a.steps_this_run:  # the real run reaches one graph the trial did not
+    from helpers.cache.demo import neff_bytes
     entry = Path(cache) / "CURRENT" / "MODULE_9999aaaa9999aaaa9999+ede6753c"
     entry.mkdir(parents=True)
-    for name in ("model.hlo_module.pb", "model.neff", "model.done"):
-        (entry / name).write_bytes(b"x")
+    (entry / "model.hlo_module.pb").write_bytes(b"x")
+    (entry / "model.neff").write_bytes(neff_bytes())
+    (entry / "model.done").write_bytes(b"")
 '''.replace("CURRENT", CURRENT)
 
 FAKE_WRAPPER = r'''#!PYTHON
 import json, os, subprocess, sys
 from pathlib import Path
+from helpers.cache.demo import neff_bytes
 with open(os.environ["INVOCATIONS"], "a") as log:
     log.write(json.dumps(["wrapper", *sys.argv[1:]]) + "\n")
 trial = subprocess.run(sys.argv[1:])  # graph extraction: the trial run it was given
@@ -58,11 +61,18 @@ for h in ("1111", "2222"):  # then the parallel compile fills the cache, in the 
     entry.mkdir(parents=True)
     (entry / "model.hlo_module.pb").write_bytes(b"hlo")
     (entry / "compile_flags.json").write_text('["--target=trn1"]')
-    (entry / "model.neff").write_bytes(b"neff")
+    (entry / "model.neff").write_bytes(neff_bytes())
     (entry / "model.done").write_bytes(b"")
-print("INFO ||NEURON_PARALLEL_COMPILE||: Total graphs: 2")
+failed = int(os.environ.get("FAIL_GRAPHS", "0"))
+for i in range(failed):  # a failed compile: its failure text stored as the model.neff
+    entry = root / f"MODULE_{i}ffff{i}ffff+ede6753c"
+    entry.mkdir(parents=True)
+    (entry / "model.hlo_module.pb").write_bytes(b"hlo")
+    (entry / "model.neff").write_text("Failed compilation with ['neuronx-cc', 'compile']: boom")
+    (entry / "model.done").write_bytes(b"")
+print(f"INFO ||NEURON_PARALLEL_COMPILE||: Total graphs: {2 + failed}")
 print("INFO ||NEURON_PARALLEL_COMPILE||: Total successful compilations: 2")
-print("INFO ||NEURON_PARALLEL_COMPILE||: Total failed compilations: 0")
+print(f"INFO ||NEURON_PARALLEL_COMPILE||: Total failed compilations: {failed}")
 sys.exit(trial.returncode)
 '''.replace("PYTHON", sys.executable).replace("CURRENT", CURRENT)
 
@@ -148,11 +158,16 @@ def test_stand_in_explains_and_runs_only_the_trial(workdir):
     assert report.compiled_by_trial is None and report.cache_before is None
 
 
-def test_neuron_path_precompiles_then_trains(workdir):
+def fake_wrapper(workdir):
     wrapper = workdir / "bin" / "neuron_parallel_compile"
     wrapper.parent.mkdir()
     wrapper.write_text(FAKE_WRAPPER)
     wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_neuron_path_precompiles_then_trains(workdir):
+    wrapper = fake_wrapper(workdir)
     cache = workdir / "neuron-cache"
     lines = []
     report = pc.precompile(workdir / "train.py", ["--checkpoint-dir", "ckpt"], backend="neuron",
@@ -180,3 +195,18 @@ def test_neuron_path_needs_the_wrapper(workdir):
     with pytest.raises(FileNotFoundError, match="comes with torch-neuronx"):
         pc.precompile(workdir / "train.py", [], backend="neuron",
                       wrapper=str(workdir / "no-such-wrapper"), on_line=lambda _: None)
+
+
+def test_failed_compiles_are_counted_as_failed_not_done(workdir):
+    """neuron_parallel_compile's `scan` counts failed entries as done; the cache scan here reads
+    each model.neff and counts them apart."""
+    cache = workdir / "neuron-cache"
+    report = pc.precompile(workdir / "train.py", ["--checkpoint-dir", "ckpt"], backend="neuron",
+                           wrapper=str(fake_wrapper(workdir)), cwd=workdir, timeout=120,
+                           run_real=False, on_line=lambda _: None,
+                           env={"INVOCATIONS": str(workdir / "calls.jsonl"), "FAIL_GRAPHS": "1",
+                                "NEURON_COMPILE_CACHE_URL": str(cache)})
+    assert report.compiled_by_trial.done == 2 and report.compiled_by_trial.failed == 1
+    assert report.parallel_totals == {"total": 3, "succeeded": 2, "failed": 1}
+    assert any("python -m helpers.cache ls --state failed" in n for n in report.notes)
+    assert report.compiled_by_run is None  # run_real=False: the trial only

@@ -1,11 +1,11 @@
-"""NEURON_CC_FLAGS editing: both flag spellings, other flags kept, values with spaces."""
+"""NEURON_CC_FLAGS editing: both flag spellings, other flags kept, values with spaces, bad\ninput refused with a message."""
 from __future__ import annotations
 
 import shlex
 
 import pytest
 
-from helpers import neuron_flags as nf
+from helpers.cache import flags as nf
 
 USER_FLAGS = "--model-type transformer --auto-cast=none -O1 --enable-saturate-infinity"
 
@@ -52,6 +52,23 @@ def test_remove_takes_the_value_along():
     assert nf.remove_flag(flags, "--no_cache") == flags
 
 
+def test_a_bare_flag_never_takes_the_next_flag_as_its_value():
+    assert nf.remove_flag("--verbose --no_cache -O1", "--verbose") == "--no_cache -O1"
+    assert nf.get_flag("--verbose --no_cache -O1", "--no_cache") is True
+    assert nf.get_flag("--cache_dir --no_cache", "--cache_dir") is True  # no value given
+    assert nf.get_flag("--verbose -1 -O1", "--verbose") == "-1"  # a number is a value
+    assert nf.get_flag("--log_level --retry_failed_compilation", "--retry_failed_compilation")
+
+
+@pytest.mark.parametrize("flags", ["--cache_dir=", "--cache_dir", "--log_level --no_cache",
+                                   "--model-type="])
+def test_value_flags_without_a_value_are_refused_on_replace(flags):
+    env = {"NEURON_CC_FLAGS": USER_FLAGS}
+    with pytest.raises(nf.FlagsError, match="has no value"):
+        nf.replace_env(flags, env=env)
+    assert env["NEURON_CC_FLAGS"] == USER_FLAGS
+
+
 def test_bad_input_is_refused_clearly():
     with pytest.raises(ValueError, match="check its quotes"):
         nf.split_flags("--cache_dir '/unterminated")
@@ -68,7 +85,7 @@ def test_bad_input_is_refused_clearly():
 def test_update_env_on_a_given_environment():
     env = {"NEURON_CC_FLAGS": USER_FLAGS}
     change = nf.update_env("--retry_failed_compilation", env=env)
-    assert change.changed and change.before == USER_FLAGS and change.warning is None
+    assert change.changed and change.before == USER_FLAGS and change.note is None
     assert env["NEURON_CC_FLAGS"] == USER_FLAGS + " --retry_failed_compilation"
     assert "--retry_failed_compilation" in change.message()
     nf.update_env("--retry_failed_compilation", False, env=env)

@@ -1,6 +1,7 @@
 """torch-xla's own persistent cache on the CPU stand-in, made for real in subprocesses: its
-layout is what compile_cache lists, and a second run cannot use it (no speed-up on CPU).
-The same subprocess checks that NEURON_CC_FLAGS changes after the runtime is up are flagged."""
+layout is what helpers.cache lists, and a second run cannot use it (no speed-up on CPU).
+The same subprocess checks that a NEURON_CC_FLAGS change once graphs were compiled carries a
+note (they keep their flags; the next compile reads the new ones)."""
 from __future__ import annotations
 
 import json
@@ -11,21 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from helpers import compile_cache as cc
+from helpers.cache.scan import scan_cache
 
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = r"""
 import json, os, sys, time, warnings
 import torch, torch_xla, torch_xla.runtime as xr
-from helpers import neuron_flags as nf
+from helpers.cache import flags as nf
 
 if len(sys.argv) > 2:  # the second run: imported alongside the first, waits for its cache
     deadline = time.monotonic() + 200
     while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
         time.sleep(0.05)
 
-before = nf.update_env("--retry_failed_compilation")  # runtime not up yet: no warning
+before = nf.update_env("--retry_failed_compilation")  # nothing compiled yet: no note
 xr.initialize_cache(sys.argv[1], readonly=False)
 device = torch_xla.device()
 a = torch.arange(16.0, device=device).reshape(4, 4)
@@ -35,7 +36,7 @@ print("result", b.item())              # graph 2: the matmul and sum
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     after = nf.update_env("--log_level", "INFO")
-print("JSON", json.dumps({"before_warning": before.warning, "after_warning": after.warning,
+print("JSON", json.dumps({"before_note": before.note, "after_note": after.note,
                           "warned": [str(w.message) for w in caught],
                           "flags": nf.os.environ["NEURON_CC_FLAGS"]}))
 """
@@ -74,7 +75,7 @@ def test_layout_is_one_file_per_graph_named_by_hash(xla_cache):
     assert len(files) == 2  # two syncs, two graphs
     assert all(name.isdigit() and len(name) >= 16 for name in files)
     assert all((cache_dir / n).is_file() for n in files)
-    scan = cc.scan_cache(cache_dir)
+    scan = scan_cache(cache_dir)
     assert sorted(e.module_hash for e in scan.entries) == files
     assert {(e.layout, e.state, e.version_dir) for e in scan.entries} == {("xla", "done", "torch-xla")}
     assert scan.unknown == [] and any("no speed-up" in n for n in scan.notes)
@@ -90,9 +91,10 @@ def test_second_run_on_cpu_cannot_read_the_cache(xla_cache):
     assert f"result {expected}" in second_run.stdout  # it recompiled and still computed right
 
 
-def test_flags_changed_after_runtime_start_are_flagged(xla_cache):
+def test_flags_changed_after_graphs_were_compiled_carry_a_note(xla_cache):
     _, _, first, *_ = xla_cache
-    assert first["before_warning"] is None
-    assert "already initialised" in first["after_warning"]
-    assert any("Restart the kernel" in w for w in first["warned"])
-    assert first["flags"] == "--retry_failed_compilation --log_level=INFO"  # still written
+    assert first["before_note"] is None
+    assert "keep the flags they were compiled with" in first["after_note"]
+    assert "the next graph compiled" in first["after_note"]
+    assert first["warned"] == []  # a note in the returned change, not a warning
+    assert first["flags"] == "--retry_failed_compilation --log_level=INFO"  # written

@@ -1,0 +1,310 @@
+"""The check cells of the exercises at the end of notebooks 01-05.
+
+Each check measures the truth itself (a real loader, real compile counts, real BF16 arithmetic)
+and returns Feedback: "Not yet" with a hint while the exercise is untouched (the committed
+state), "Not quite" with a hint when the answer is wrong, "Correct" with why. A check never
+raises on a learner's answer, so an unfinished exercise never stops Run All.
+"""
+from __future__ import annotations
+
+import html
+import math
+import warnings
+from dataclasses import dataclass
+
+NOT_YET, WRONG, RIGHT = "Not yet", "Not quite", "Correct"
+_COLOURS = {NOT_YET: "#57606a", WRONG: "#9a6700", RIGHT: "#1a7f37"}
+
+
+@dataclass(frozen=True)
+class Feedback:
+    exercise: str
+    verdict: str  # NOT_YET, WRONG or RIGHT
+    message: str
+    hint: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == RIGHT
+
+    def __str__(self) -> str:
+        text = f"{self.exercise} - {self.verdict}: {self.message}"
+        return text + (f"\nHint: {self.hint}" if self.hint and not self.ok else "")
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        colour = _COLOURS[self.verdict]
+        hint = (f"<div><b>Hint:</b> {html.escape(self.hint)}</div>"
+                if self.hint and not self.ok else "")
+        return (f'<div style="border-left:6px solid {colour};padding:4px 10px">'
+                f'<b>{html.escape(self.exercise)}</b> · <b style="color:{colour}">{self.verdict}</b>: '
+                f'{html.escape(self.message)}{hint}</div>')
+
+
+def _number(value) -> float | None:
+    """The learner's answer as a number, or None when it is not one (still a placeholder)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------- 01 · CPU
+
+def check_steps_per_epoch(predicted, batch_size: int, data_dir=None) -> Feedback:
+    """01, exercise 1: training steps in one epoch at `batch_size`, measured on the real loader."""
+    from mnist_mlp.data import make_loader
+
+    name = "Exercise 01.1 (steps per epoch)"
+    loader = make_loader("fast", data_dir, train=True, batch_size=batch_size, seed=0)
+    measured = len(loader)
+    hint = (f"60,000 training images in batches of {batch_size}; the last batch may be short "
+            "(the CPU loader keeps it): round up.")
+    guess = _number(predicted)
+    if guess is None:
+        return Feedback(name, NOT_YET, "set predicted_steps to your prediction, then run this cell.",
+                        hint)
+    if guess == measured:
+        ragged = 60_000 % batch_size
+        tail = f" (the last one holds {ragged} images)" if ragged else ""
+        return Feedback(name, RIGHT, f"{measured} steps of up to {batch_size} images{tail}.")
+    return Feedback(name, WRONG, f"you said {predicted}; len(loader) is different.", hint)
+
+
+ONE_BATCH_TARGET = 0.05
+
+
+def check_memorised_one_batch(final_loss: float, lr) -> Feedback:
+    """01, exercise 2: the loss on one repeated batch after the loop, below ONE_BATCH_TARGET."""
+    name = "Exercise 01.2 (memorise one batch)"
+    hint = ("0.01 is tuned for 7,500 steps over many batches; 50 steps on one batch need "
+            "bigger ones. Try 10x, 30x, 100x, 200x - and look at what happens when it is too big.")
+    if lr == 0.01:
+        return Feedback(name, NOT_YET, f"with lr = 0.01 the loss is still {final_loss:.2f}: "
+                        "change lr in the cell above and run it again.", hint)
+    if math.isnan(final_loss) or final_loss >= ONE_BATCH_TARGET:
+        too_big = math.isnan(final_loss) or (_number(lr) or 0) > 1.5
+        why = " The steps overshoot: the loss jumps around or blows up." if too_big else ""
+        return Feedback(name, WRONG, f"lr = {lr} ends at loss {final_loss:.3f}, above "
+                        f"{ONE_BATCH_TARGET}.{why}", hint)
+    return Feedback(name, RIGHT, f"lr = {lr} takes the loss to {final_loss:.4f}: the model can "
+                    "memorise 32 images. A training loop that cannot do this has a bug; one that "
+                    "only does this has learned nothing general.")
+
+
+# --------------------------------------------------------------------------- 02 · XLA
+
+def _compiled_labels(rows) -> list[str]:
+    return [row["label"] for row in rows if row.get("UncachedCompile", 0) > 0]
+
+
+def check_graph_count(predicted, rows) -> Feedback:
+    """02, exercise 1: how many new graphs the recorded steps compiled (CompileMetricsRecorder rows)."""
+    name = "Exercise 02.1 (predict the graph count)"
+    compiled = _compiled_labels(rows)
+    hint = ("a graph is compiled once per new input shape; a shape this kernel has compiled "
+            "before (earlier in the notebook) costs nothing.")
+    guess = _number(predicted)
+    if guess is None:
+        return Feedback(name, NOT_YET, "set predicted_graphs to your prediction, then run the cell.",
+                        hint)
+    where = ", ".join(compiled) if compiled else "none"
+    if guess == len(compiled):
+        return Feedback(name, RIGHT, f"{len(compiled)} new graph(s), at: {where}. Every other "
+                        "step reused a graph already compiled in this kernel.")
+    return Feedback(name, WRONG, f"you said {predicted}; the steps that compiled were: {where}.",
+                    hint)
+
+
+SETTLED_AFTER = 3  # steps a fixed-shape loop may still compile in (its first values are constants)
+
+
+def check_recompile_trigger(rows) -> Feedback:
+    """02, exercise 2: once the loop has settled (from step SETTLED_AFTER on), no step compiles."""
+    name = "Exercise 02.2 (find the recompile trigger)"
+    if len(rows) <= SETTLED_AFTER:
+        return Feedback(name, NOT_YET, f"run the loop above first: it should record more than "
+                        f"{SETTLED_AFTER} steps.")
+    compiled = _compiled_labels(rows)
+    settled = _compiled_labels(rows[SETTLED_AFTER:])
+    if settled:
+        verdict = NOT_YET if len(compiled) == len(rows) else WRONG
+        return Feedback(name, verdict, f"{len(compiled)} of {len(rows)} steps compiled a new graph "
+                        f"({', '.join(compiled)}).",
+                        "print the shape of every tensor the loop keeps from step to step. Which "
+                        "one grows? Keep a fixed-size summary instead (e.g. a running mean).")
+    return Feedback(name, RIGHT, f"from step {SETTLED_AFTER} on every step reuses one graph: what "
+                    "the loop keeps on the device has the same shape at every step. (The first "
+                    "steps may still compile: a tensor that starts as a constant, e.g. zeros, "
+                    "becomes device data after the first sync.)")
+
+
+# --------------------------------------------------------------------------- 03 · compile cache
+
+# True: the change gives the graph another hash, another compiler or other flags: a cache miss.
+CACHE_KEY_ANSWERS = {
+    "batch size 32 -> 64": (True, "the input shape is part of the graph (f32[64,784])"),
+    "learning rate 0.01 -> 0.02": (False, "the learning rate reaches the graph as a scalar input, "
+                                   "not baked in (notebook 02: no step recompiled when it changed)"),
+    "4 epochs -> 1 epoch": (False, "the step graph is the same; only how often it runs changes"),
+    "seed 0 -> 1": (False, "the seed changes the weights' values, which are inputs, not the graph"),
+    "NEURON_CC_FLAGS gains --model-type=transformer": (True, "compiler flags are part of the key"),
+    "a newer neuronx-cc": (True, "each compiler version has its own cache directory"),
+}
+
+
+def check_cache_key(answers: dict) -> Feedback:
+    """03, exercise 1: which changes make the next run miss the persistent cache."""
+    name = "Exercise 03.1 (what is in the cache key)"
+    hint = ("the key is the graph (its operations and shapes), the compiler flags and the "
+            "compiler version: ask of each change whether it touches one of those.")
+    missing = [k for k in CACHE_KEY_ANSWERS if not isinstance(answers.get(k), bool)]
+    if missing:
+        return Feedback(name, NOT_YET, f"{len(missing)} of {len(CACHE_KEY_ANSWERS)} still None: "
+                        "answer each with True (a cache miss) or False.", hint)
+    wrong = [k for k, (truth, _) in CACHE_KEY_ANSWERS.items() if answers[k] != truth]
+    if wrong:
+        return Feedback(name, WRONG, f"{len(wrong)} wrong: " + "; ".join(wrong) + ".", hint)
+    why = "; ".join(f"{k}: {why}" for k, (_, why) in CACHE_KEY_ANSWERS.items())
+    return Feedback(name, RIGHT, why + ".")
+
+
+def check_cache_dir_flag(env: dict, wanted_dir: str, keep: dict[str, str]) -> Feedback:
+    """03, exercise 2: env's NEURON_CC_FLAGS puts the cache in wanted_dir and keeps the flags in keep."""
+    from helpers.cache import flags as nf
+    from helpers.cache.location import CompileCacheError, locate_cache
+
+    name = "Exercise 03.2 (move the cache with NEURON_CC_FLAGS)"
+    hint = (f"nf.set_flag(env[{nf.ENV_VAR!r}], '--cache_dir', {wanted_dir!r}) returns the new "
+            "string: store it back into env.")
+    try:
+        location = locate_cache(env)
+        kept = {flag: nf.get_flag(env.get(nf.ENV_VAR), flag) for flag in keep}
+    except (CompileCacheError, nf.FlagsError, ValueError) as err:
+        return Feedback(name, WRONG, f"{nf.ENV_VAR} does not parse: {err}", hint)
+    if location.source != "--cache_dir":
+        return Feedback(name, NOT_YET, f"the next run would still use {location.url} "
+                        f"(from {location.source}).", hint)
+    lost = [flag for flag, value in keep.items() if kept[flag] != value]
+    if str(location.path) != str(wanted_dir) or lost:
+        problem = (f"the cache is {location.url}, not {wanted_dir}" if str(location.path) != str(wanted_dir)
+                   else f"{', '.join(lost)} was lost on the way")
+        return Feedback(name, WRONG, problem + ".", hint)
+    return Feedback(name, RIGHT, f"{nf.ENV_VAR}={env[nf.ENV_VAR]!r}: the cache moves to "
+                    f"{wanted_dir} and your other flags stay.")
+
+
+# --------------------------------------------------------------------------- 04 · torchrun
+
+def check_unequal_steps(world_size, batch_size, n: int = 60_000, drop_last: bool = True) -> Feedback:
+    """04, exercise 1: a worker count and batch size that give the workers unequal step counts;
+    shows the error train_torchrun.py stops with (drop_last as on XLA)."""
+    from mnist_mlp.cli import UsageError, check_equal_steps, steps_per_rank
+
+    name = "Exercise 04.1 (unequal steps)"
+    hint = (f"the shards differ by at most one image, so the step counts differ only when a batch "
+            f"size divides one shard size and not the other. {n:,} over 2 workers is 30,000 each: "
+            "always equal. Try 7 workers (8,572 or 8,571 images each): which batch size divides 8,572?")
+    workers, batch = _number(world_size), _number(batch_size)
+    if workers is None or batch is None or workers < 1 or batch < 1 or workers != int(workers) \
+            or batch != int(batch):
+        return Feedback(name, WRONG, "world_size and batch_size must be whole numbers >= 1.", hint)
+    workers, batch = int(workers), int(batch)
+    counts = steps_per_rank(n, workers, batch, drop_last)
+    try:
+        check_equal_steps(n, workers, batch, drop_last)
+    except UsageError as err:
+        return Feedback(name, RIGHT, f"steps per worker {sorted(set(counts))}. The script refuses "
+                        f"before any work: {err}")
+    verdict = NOT_YET if (workers, batch) == (2, 32) else WRONG
+    return Feedback(name, verdict, f"{workers} worker(s) x batch {batch}: every worker takes "
+                    f"{counts[0]} steps, all equal.", hint)
+
+
+def check_steps_per_worker(predicted, world_size: int = 2, batch_size: int = 32,
+                           data_dir=None) -> Feedback:
+    """04, exercise 2: steps per epoch of each worker, measured on rank 0's real sharded loader
+    with drop_last, as train_torchrun.py builds it on XLA."""
+    from mnist_mlp.data import make_loader
+
+    name = "Exercise 04.2 (steps per worker)"
+    loader = make_loader("fast", data_dir, train=True, batch_size=batch_size, rank=0,
+                         world_size=world_size, seed=0, drop_last=True)
+    measured = len(loader)
+    hint = (f"{world_size} workers share 60,000 images; each takes batches of {batch_size}, and on "
+            "XLA a short last batch is dropped (drop_last: one shape, one graph): round down.")
+    guess = _number(predicted)
+    if guess is None:
+        return Feedback(name, NOT_YET, "set predicted_steps to your prediction, then run the cell.",
+                        hint)
+    if guess == measured:
+        share = 60_000 // world_size
+        return Feedback(name, RIGHT, f"{measured} steps per worker: {share:,} images each, "
+                        f"{measured} whole batches of {batch_size}, the last {share % batch_size} "
+                        "images dropped. Together the workers take the same number of images per "
+                        "epoch as one worker, in half the steps.")
+    return Feedback(name, WRONG, f"you said {predicted}; rank 0's loader has a different length.",
+                    hint)
+
+
+# --------------------------------------------------------------------------- 05 · BF16
+
+def largest_surviving_exponent() -> int:
+    """The largest k for which 1 + 2**-k is still above 1 in BF16 (round to nearest)."""
+    import torch
+
+    one = torch.tensor(1.0, dtype=torch.bfloat16)
+    return max(k for k in range(1, 30) if (one + 2.0 ** -k).item() > 1.0)
+
+
+def check_bf16_smallest_update(k) -> Feedback:
+    """05, exercise 1: the smallest power-of-two step that still changes 1.0 in BF16."""
+    name = "Exercise 05.1 (the smallest update BF16 keeps at 1.0)"
+    truth = largest_surviving_exponent()
+    hint = ("BF16 keeps 8 significant bits (7 stored): next to 1.0 its values are 2**-7 apart, "
+            "and an update of half a step or less rounds back to 1.0.")
+    guess = _number(k)
+    if guess is None:
+        return Feedback(name, NOT_YET, "set smallest_surviving_k, then run this cell.", hint)
+    if guess == truth:
+        return Feedback(name, RIGHT, f"2**-{truth} = {2.0 ** -truth:g} is the smallest power of two "
+                        f"that moves 1.0; lr 0.01 x a gradient of 0.1 is 0.001 < 2**-{truth + 1}: "
+                        "with round-to-nearest such an update to a weight near 1 is lost.")
+    return Feedback(name, WRONG, f"with k = {k}, 1 + 2**-{k} in BF16 is "
+                    f"{'above' if guess < truth else 'exactly'} 1.0; look for the edge.", hint)
+
+
+def repeated_small_adds(steps: int = 1000, k: int = 9, seed: int = 0) -> dict[str, float]:
+    """1.0 plus 2**-k, `steps` times, kept in BF16: round to nearest vs stochastic rounding."""
+    import torch
+
+    from mnist_mlp.precision import stochastic_round_to_bf16
+
+    generator = torch.Generator().manual_seed(seed)
+    nearest = torch.tensor(1.0, dtype=torch.bfloat16)
+    stochastic = torch.tensor(1.0, dtype=torch.bfloat16)
+    for _ in range(steps):
+        nearest = (nearest.float() + 2.0 ** -k).to(torch.bfloat16)
+        stochastic = stochastic_round_to_bf16(stochastic.float() + 2.0 ** -k, generator)
+    return {"nearest": nearest.item(), "stochastic": stochastic.item(),
+            "exact": 1.0 + steps * 2.0 ** -k}
+
+
+def check_repeated_small_adds(predicted_nearest, predicted_stochastic) -> Feedback:
+    """05, exercise 2: predict both results of repeated_small_adds() (the stochastic one to 10 %)."""
+    name = "Exercise 05.2 (a thousand tiny updates)"
+    measured = repeated_small_adds()
+    hint = ("2**-9 is a quarter of BF16's step at 1.0. Round-to-nearest drops it every time; "
+            "stochastic rounding rounds up with probability 1/4, so on average it adds it.")
+    a, b = _number(predicted_nearest), _number(predicted_stochastic)
+    if a is None or b is None:
+        return Feedback(name, NOT_YET, "set both predictions, then run this cell.", hint)
+    if a == measured["nearest"] and abs(b - measured["exact"]) <= 0.1 * measured["exact"]:
+        return Feedback(name, RIGHT, f"round-to-nearest stays at {measured['nearest']:g}; "
+                        f"stochastic rounding reaches {measured['stochastic']:.3g} (exact sum "
+                        f"{measured['exact']:.4g}). That is why BF16 training needs stochastic "
+                        "rounding or FP32 master weights.")
+    return Feedback(name, WRONG, f"you said {predicted_nearest} and {predicted_stochastic}.", hint)

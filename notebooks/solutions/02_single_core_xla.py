@@ -1,0 +1,62 @@
+"""Notebook 02's exercises, solved (on the XLA device: a NeuronCore, or the CPU stand-in)."""
+import sys
+
+from mnist_mlp.backend import select_backend
+
+backend = select_backend()  # before torch_xla loads, as in every script
+import torch  # noqa: E402
+import torch_xla  # noqa: E402
+
+from helpers.exercises import check_graph_count, check_recompile_trigger  # noqa: E402
+from helpers.xla_metrics import CompileMetricsRecorder  # noqa: E402
+from mnist_mlp.data import make_loader  # noqa: E402
+from mnist_mlp.model import MLP  # noqa: E402
+
+# The notebook's set-up: its model, its batches, its train_step.
+device = backend.device
+torch.manual_seed(0)
+model = MLP().to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+loss_fn = torch.nn.NLLLoss()
+batches = iter(make_loader("fast", None, train=True, batch_size=32, seed=0, drop_last=True))
+
+
+def train_step(train_x, train_label):
+    optimizer.zero_grad()
+    train_x = train_x.view(train_x.size(0), -1).to(device)
+    loss = loss_fn(model(train_x), train_label.to(device))
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+# By the exercises the notebook's kernel has trained many steps of batch 32: that graph is compiled.
+for _ in range(3):
+    train_step(*next(batches))
+    torch_xla.sync()
+
+# Exercise 1: batch 32 is compiled already; 16 and 8 are new shapes, each compiled once: 2.
+batch_sizes = [32, 32, 16, 32, 16, 8]
+predicted_graphs = 2
+ex_images, ex_labels = next(batches)
+exercise = CompileMetricsRecorder()
+for n in batch_sizes:
+    loss = train_step(ex_images[:n], ex_labels[:n])
+    torch_xla.sync()
+    exercise.record(f"batch {n}")
+feedback = [check_graph_count(predicted_graphs, exercise.rows)]
+
+# Exercise 2: loss_history grows by one element per step, so every step's graph has another
+# shape. Keep a fixed-shape summary instead: an exponential running mean (or a running sum).
+trigger = CompileMetricsRecorder()
+running_mean = torch.zeros((), device=device)
+for step in range(6):
+    loss = train_step(*next(batches))
+    running_mean = 0.9 * running_mean + 0.1 * loss.detach()  # one scalar, the same every step
+    torch_xla.sync()
+    trigger.record(f"step {step}")
+feedback.append(check_recompile_trigger(trigger.rows))
+
+for f in feedback:
+    print(f)
+sys.exit(0 if all(f.ok for f in feedback) else 1)

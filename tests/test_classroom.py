@@ -1,0 +1,140 @@
+"""make reset and the classroom cache: real git repositories, real script runs, real archives."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from helpers.cache.demo import build_demo_cache
+from helpers.cache.location import CACHE_URL_ENV
+from helpers.cache.scan import scan_cache
+from helpers.classroom import ClassroomRun, build_classroom_cache, classroom_runs, reset
+from tests.conftest import REPO_ROOT
+
+STAMP = ".venv/.requirements-stamp"  # make -o: do not re-install the venv inside a test
+
+
+def git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                   check=True, capture_output=True)
+
+
+@pytest.fixture
+def workbook(tmp_path):
+    """A git checkout shaped like the workbook, used for a while: edits, outputs, data."""
+    repo = tmp_path / "workbook"
+    (repo / "notebooks").mkdir(parents=True)
+    (repo / "notebooks" / "01_cpu.ipynb").write_text('{"committed": true}\n')
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "workbook")
+    (repo / "notebooks" / "01_cpu.ipynb").write_text('{"edited by the learner": true}\n')
+    (repo / "notebooks" / "mine.ipynb").write_text("{}\n")  # the learner's own: kept
+    (repo / "notebooks" / ".ipynb_checkpoints").mkdir()
+    (repo / "notebooks" / ".ipynb_checkpoints" / "01_cpu-checkpoint.ipynb").write_text("{}")
+    for name in ("checkpoints", "results", "data", ".venv"):
+        (repo / name).mkdir()
+        (repo / name / "file").write_text(name)
+    return repo
+
+
+def test_reset_restores_the_notebooks_and_removes_run_outputs(workbook):
+    said = []
+    assert reset(workbook, yes=True, out=said.append) == 0
+    text = "\n".join(said)
+    assert "notebooks/01_cpu.ipynb" in text and "checkpoints/" in text and "results/" in text
+    assert text.index("notebooks/01_cpu.ipynb") < text.index("Reset done"), "shown first"
+    assert (workbook / "notebooks" / "01_cpu.ipynb").read_text() == '{"committed": true}\n'
+    assert (workbook / "notebooks" / "mine.ipynb").exists()
+    assert not (workbook / "checkpoints").exists() and not (workbook / "results").exists()
+    assert not (workbook / "notebooks" / ".ipynb_checkpoints").exists()
+    assert (workbook / "data" / "file").exists() and (workbook / ".venv" / "file").exists()
+    assert reset(workbook, yes=True, out=said.append) == 0 and said[-1].startswith("Nothing to reset")
+
+
+def test_reset_asks_first_and_changes_nothing_without_a_yes(workbook):
+    said = []
+    assert reset(workbook, out=said.append) == 1  # no terminal to ask: says how to go ahead
+    assert "--yes" in said[-1]
+    assert reset(workbook, ask=lambda prompt: "n", out=said.append) == 1
+    assert "edited" in (workbook / "notebooks" / "01_cpu.ipynb").read_text()
+    assert (workbook / "checkpoints" / "file").exists()
+    assert reset(workbook, ask=lambda prompt: "y", out=said.append) == 0
+    assert not (workbook / "checkpoints").exists()
+
+
+def test_reset_removes_a_symlinked_output_dir_but_not_what_it_points_to(workbook, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious.pt").write_text("x")
+    (workbook / "results" / "file").unlink()
+    (workbook / "results").rmdir()
+    (workbook / "results").symlink_to(elsewhere)
+    assert reset(workbook, yes=True, out=lambda _: None) == 0
+    assert not (workbook / "results").exists() and (elsewhere / "precious.pt").exists()
+
+
+def test_reset_outside_a_git_checkout_says_so(tmp_path):
+    said = []
+    assert reset(tmp_path, yes=True, out=said.append) == 2
+    assert len(said) == 1 and "not a git checkout" in said[0]
+
+
+def test_make_reset_passes_yes_only_when_asked():
+    plan = subprocess.run(["make", "-n", "-o", STAMP, "reset", "YES=1"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    assert "-m helpers.classroom reset --yes" in plan
+    plan = subprocess.run(["make", "-n", "-o", STAMP, "reset"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    assert "--yes" not in plan
+
+
+def test_the_classroom_runs_cover_every_script_the_notebooks_run():
+    scripts = set()
+    for path in REPO_ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                scripts |= set(re.findall(r"mnist_mlp/(train\w*)\.py", "".join(cell["source"])))
+    scripts.discard("train_cpu")  # plain PyTorch: nothing to compile
+    assert scripts, "the notebooks run no training script?"
+    covered = {run.script.removeprefix("mnist_mlp/").removesuffix(".py") for run in classroom_runs()}
+    assert scripts <= covered, f"not precompiled for the classroom: {sorted(scripts - covered)}"
+    assert {run.nproc_per_node for run in classroom_runs() if "torchrun" in run.script} == {1, 2}
+
+
+def test_classroom_cache_on_the_stand_in_runs_the_trials_and_says_what_would_compile(tmp_path):
+    said = []
+    archive = tmp_path / "classroom.tar.gz"
+    runs = [ClassroomRun("02", "mnist_mlp/train.py"),
+            ClassroomRun("04", "mnist_mlp/train_torchrun.py", (), 2)]
+    code = build_classroom_cache(archive, backend="xla-cpu", runs=runs, trial_steps=3,
+                                 scratch=tmp_path / "runs", on_line=said.append)
+    assert code == 0
+    text = "\n".join(said)
+    table = text[text.index("graphs traced (would compile)"):].splitlines()
+    rows = {line.split("  ")[0]: int(line.split()[-1]) for line in table[2:4]}
+    assert set(rows) == {"02", "04"} and all(n >= 1 for n in rows.values()), table
+    assert "neuron_parallel_compile" in text, "says what Trainium would run"
+    assert "no archive is written" in text and not archive.exists()
+    assert (tmp_path / "runs").is_dir(), "the trials wrote their results to the scratch dir"
+
+
+def test_make_classroom_import_loads_an_exported_archive(tmp_path):
+    teacher = build_demo_cache(tmp_path / "teacher", labels=["done_hex", "failed"])
+    archive = tmp_path / "classroom.tar.gz"
+    subprocess.run([sys.executable, "-m", "helpers.cache", "export", "--root", str(teacher),
+                    "--no-progress", str(archive)], check=True, capture_output=True)
+    student = tmp_path / "student-cache"
+    env = {k: v for k, v in os.environ.items() if k != "NEURON_CC_FLAGS"}
+    env[CACHE_URL_ENV] = str(student)
+    done = subprocess.run(["make", "--no-print-directory", "-o", STAMP, "classroom-import",
+                           f"ARCHIVE={archive}"], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [e.state for e in scan_cache(student).entries] == ["done"], "done entries only"
+
+    missing = subprocess.run(["make", "--no-print-directory", "-o", STAMP, "classroom-import"],
+                             cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert missing.returncode == 2 and "usage: make classroom-import ARCHIVE=" in missing.stderr
