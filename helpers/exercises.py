@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import html
 import math
-import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 NOT_YET, WRONG, RIGHT = "Not yet", "Not quite", "Correct"
 _COLOURS = {NOT_YET: "#57606a", WRONG: "#9a6700", RIGHT: "#1a7f37"}
@@ -47,9 +47,10 @@ def _number(value) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         return None
+    return number if math.isfinite(number) else None
 
 
 # --------------------------------------------------------------------------- 01 · CPU
@@ -185,14 +186,14 @@ def check_cache_dir_flag(env: dict, wanted_dir: str, keep: dict[str, str]) -> Fe
         kept = {flag: nf.get_flag(env.get(nf.ENV_VAR), flag) for flag in keep}
     except (CompileCacheError, nf.FlagsError, ValueError) as err:
         return Feedback(name, WRONG, f"{nf.ENV_VAR} does not parse: {err}", hint)
-    if location.source != "--cache_dir":
-        return Feedback(name, NOT_YET, f"the next run would still use {location.url} "
-                        f"(from {location.source}).", hint)
     lost = [flag for flag, value in keep.items() if kept[flag] != value]
-    if str(location.path) != str(wanted_dir) or lost:
-        problem = (f"the cache is {location.url}, not {wanted_dir}" if str(location.path) != str(wanted_dir)
-                   else f"{', '.join(lost)} was lost on the way")
-        return Feedback(name, WRONG, problem + ".", hint)
+    if location.remote or location.path is None or Path(location.path) != Path(wanted_dir):
+        return Feedback(name, NOT_YET if nf.get_flag(env.get(nf.ENV_VAR), "--cache_dir") is None
+                        else WRONG, f"the next run would use {location.url} (from "
+                        f"{location.source}), not {wanted_dir}.", hint)
+    if lost:
+        return Feedback(name, WRONG, f"the cache moves, but {', '.join(lost)} was lost on the way.",
+                        hint)
     return Feedback(name, RIGHT, f"{nf.ENV_VAR}={env[nf.ENV_VAR]!r}: the cache moves to "
                     f"{wanted_dir} and your other flags stay.")
 
@@ -288,7 +289,8 @@ def repeated_small_adds(steps: int = 1000, k: int = 9, seed: int = 0) -> dict[st
     stochastic = torch.tensor(1.0, dtype=torch.bfloat16)
     for _ in range(steps):
         nearest = (nearest.float() + 2.0 ** -k).to(torch.bfloat16)
-        stochastic = stochastic_round_to_bf16(stochastic.float() + 2.0 ** -k, generator)
+        total = stochastic.float() + 2.0 ** -k
+        stochastic = stochastic_round_to_bf16(total, torch.rand(total.shape, generator=generator))
     return {"nearest": nearest.item(), "stochastic": stochastic.item(),
             "exact": 1.0 + steps * 2.0 ** -k}
 

@@ -375,7 +375,10 @@ def check_compile_cache(env=None, stand_in: bool | None = None) -> CheckResult:
     from helpers.cache.location import locate_cache
 
     item = "Compile cache"
-    location = locate_cache(env)
+    try:
+        location = locate_cache(env)
+    except ValueError as err:  # NEURON_CC_FLAGS that cannot be used (helpers.cache.flags.FlagsError)
+        return CheckResult(item, False, str(err), "fix NEURON_CC_FLAGS, or unset it, and check again")
     note = ""
     if stand_in is None:
         stand_in = importlib.util.find_spec("torch_neuronx") is None

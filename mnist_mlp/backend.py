@@ -127,11 +127,6 @@ def device_core_counts(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> l
     return [2] * len(devices)
 
 
-def physical_neuron_cores(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
-    """Physical NeuronCores on this machine, summed over its devices."""
-    return sum(device_core_counts(sysfs, dev_dir))
-
-
 def logical_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
     """NeuronCores as the runtime counts them: Trainium2/3 devices grouped by the LNC setting."""
     counts = device_core_counts(sysfs, dev_dir)

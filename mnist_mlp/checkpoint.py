@@ -12,8 +12,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-# `.<target name>.<writer pid>.<8 hex>.tmp`: the pid tells a later write whether the writer is gone.
-TEMP_NAME = re.compile(r"\..+\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp")
 # A temp file untouched this long is stale even if its pid is alive again (pids get reused).
 STALE_TEMP_AGE_S = 3600
 
@@ -80,6 +78,13 @@ def check_writable_dir(path, *, hint: str = CHECKPOINT_DIR_HINT) -> Path:
 # --------------------------------------------------------------------------- stale temp files
 
 
+def temp_name_pattern(target_name: str) -> re.Pattern:
+    """Our temp files for `target_name`: `.<target name>.<writer pid>.<8 hex>.tmp`. The pid tells
+    a later write whether the writer is gone; only files named after the target we are about
+    to write are ever matched, so nothing else in a shared directory is touched."""
+    return re.compile(rf"\.{re.escape(target_name)}\.(?P<pid>\d+)\.[0-9a-f]{{8}}\.tmp")
+
+
 def _pid_is_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
@@ -92,7 +97,7 @@ def _pid_is_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temps(directory, pattern: re.Pattern = TEMP_NAME, *, max_age_s: float = STALE_TEMP_AGE_S) -> list[Path]:
+def remove_stale_temps(directory, pattern: re.Pattern, *, max_age_s: float = STALE_TEMP_AGE_S) -> list[Path]:
     """Remove the entries of `directory` whose name fully matches `pattern` (which has a `pid`
     group) and whose writer is gone: its pid is dead, or nothing touched it for `max_age_s`.
 
@@ -147,13 +152,15 @@ def atomic_path(path, *, hint: str = CHECKPOINT_DIR_HINT):
     """Yield a temp path beside `path` to write; on success make it `path`, else remove it.
 
     The temp file is fsync'd before the rename and the directory after it, so after a crash
-    `path` is either the old file or the complete new one. Stale temp files of this naming in
-    the directory (a writer that was killed) are removed first. A directory that cannot be
-    written raises UnwritableDirError (with `hint`: what to do).
+    `path` is either the old file or the complete new one. Stale temp files for the same
+    target (left by a writer that was killed) are removed first. A directory that cannot be
+    written, or a directory where `path` should be, raises UnwritableDirError (with `hint`).
     """
     path = Path(path)
     check_writable_dir(path.parent, hint=hint)
-    remove_stale_temps(path.parent)
+    if path.is_dir():
+        raise UnwritableDirError(f"{path} is a directory, not a file: not writing over it.\n{hint}")
+    remove_stale_temps(path.parent, temp_name_pattern(path.name))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     # O_EXCL: never reuse a name; mode 0o666 & umask, the mode a plain open() would give.
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))

@@ -43,58 +43,41 @@ def stochastic_round_to_bf16(x: torch.Tensor, draw: torch.Tensor) -> torch.Tenso
     return torch.where(draw < chance, neighbour, nearest).to(torch.bfloat16)
 
 
-_MASK32 = 0xFFFFFFFF
-_GOLDEN = 0x9E3779B1  # spreads consecutive steps far apart
-_MIX = (0x7FEB352D, 0x5BD1E995)  # odd multipliers below 2**31: int64 products cannot overflow
-
-
-def uniform_hash(shape, step: torch.Tensor, salt: int = 0) -> torch.Tensor:
-    """Pseudo-random numbers in [0, 1): a hash of each element's index, `step` (an int64
-    tensor that changes every call) and `salt` (one per tensor). A few integer operations per
-    element, in the graph; XLA's own RNG on the CPU costs more than a whole training step."""
-    numel = 1
-    for size in shape:
-        numel *= size
-    index = torch.arange(numel, dtype=torch.int64, device=step.device)
-    h = (index + (step & 0x7FFFFFFF) * _GOLDEN + salt * 0x632BE5AB) & _MASK32
-    for multiplier in _MIX:
-        h = h ^ (h >> 16)
-        h = (h * multiplier) & _MASK32
-    h = h ^ (h >> 15)
-    return ((h >> 8).float() * 2.0 ** -24).view(shape)  # the top 24 bits: exact in FP32
-
-
 class StochasticRoundingSGD(torch.optim.SGD):
     """Plain SGD on BF16 parameters, each update computed in FP32 and stochastically rounded
     back to BF16: a software emulation of what a NeuronCore does in hardware when
     NEURON_RT_STOCHASTIC_ROUNDING_EN=1. Only for the CPU stand-in; on Neuron use torch.optim.SGD
-    and let the hardware round. `seed` picks the random stream."""
+    and let the hardware round.
+
+    The random draws: a fixed random offset per element (made once from `seed`), all shifted
+    by one fresh random number per tensor and step, modulo 1. Each element's draw is uniform
+    and independent from step to step, which is what makes the rounding right on average,
+    for one call to the RNG per tensor instead of one per element (XLA's RNG on the CPU costs
+    more than the whole training step).
+    """
 
     def __init__(self, params, lr: float, seed: int = 0):
         super().__init__(params, lr=lr)
         params = [p for g in self.param_groups for p in g["params"]]
-        not_bf16 = [p.dtype for p in params if p.dtype != torch.bfloat16]
+        not_bf16 = sorted({str(p.dtype) for p in params if p.dtype != torch.bfloat16})
         if not_bf16:
-            raise TypeError(f"StochasticRoundingSGD updates BF16 parameters; got {not_bf16[0]}: "
+            raise TypeError(f"StochasticRoundingSGD updates BF16 parameters, got {not_bf16[0]}: "
                             f"cast the model first (model.to(torch.bfloat16))")
-        # On the device, updated in the graph: a Python int would be a new constant, and a new
-        # graph to compile, every step.
-        self.rounding_step = torch.full((), seed & 0x7FFFFFFF, dtype=torch.int64,
-                                        device=params[0].device)
+        generator = torch.Generator().manual_seed(seed)  # on the host, then uploaded once
+        for p in params:
+            self.state[p]["draw_offsets"] = torch.rand(p.shape, generator=generator).to(p.device)
 
     @torch.no_grad()
     def step(self, closure=None):
         if closure is not None:
             raise ValueError("StochasticRoundingSGD.step takes no closure")
-        self.rounding_step = self.rounding_step + 1
-        salt = 0
         for group in self.param_groups:
             for p in group["params"]:
-                salt += 1
                 if p.grad is None:
                     continue
                 updated = p.float() - group["lr"] * p.grad.float()
-                draw = uniform_hash(p.shape, self.rounding_step, salt)
+                draw = self.state[p]["draw_offsets"] + torch.rand((), device=p.device)
+                draw = torch.where(draw >= 1, draw - 1, draw)  # modulo 1: uniform in [0, 1)
                 p.copy_(stochastic_round_to_bf16(updated, draw))
         return None
 

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from mnist_mlp.backend import (check_worker_count, instance_type, logical_neuron_cores,
-                               parse_core_list, physical_neuron_cores, visible_neuron_cores)
+from mnist_mlp.backend import (check_worker_count, device_core_counts, instance_type, logical_neuron_cores,
+                               parse_core_list, visible_neuron_cores)
 from tests.conftest import REPO_ROOT
 
 
@@ -33,9 +33,9 @@ def test_parse_core_list_takes_one_index_or_one_range():
 
 def test_cores_from_sysfs(tmp_path):
     sysfs = make_sysfs(tmp_path / "sys", [2])  # trn1.2xlarge: one device, two cores
-    assert physical_neuron_cores(sysfs, tmp_path / "nodev") == 2
+    assert sum(device_core_counts(sysfs, tmp_path / "nodev")) == 2
     sysfs16 = make_sysfs(tmp_path / "sys16", [2] * 16)  # trn1.32xlarge
-    assert physical_neuron_cores(sysfs16, tmp_path / "nodev") == 32
+    assert sum(device_core_counts(sysfs16, tmp_path / "nodev")) == 32
 
 
 def test_cores_from_dev_nodes_without_sysfs(tmp_path):
@@ -43,8 +43,8 @@ def test_cores_from_dev_nodes_without_sysfs(tmp_path):
     dev.mkdir()
     for name in ("neuron0", "neuron1", "null", "neuron_x"):
         (dev / name).touch()
-    assert physical_neuron_cores(tmp_path / "nosys", dev) == 4
-    assert physical_neuron_cores(tmp_path / "nosys", tmp_path / "empty") == 0
+    assert sum(device_core_counts(tmp_path / "nosys", dev)) == 4
+    assert sum(device_core_counts(tmp_path / "nosys", tmp_path / "empty")) == 0
 
 
 def test_visible_cores_respect_neuron_rt_visible_cores(tmp_path):
@@ -63,7 +63,7 @@ def test_trainium2_cores_are_counted_logically(tmp_path):
     # A Trainium2 device reports 8 physical cores; the runtime pairs them by default (LNC=2).
     trn2_3xl = make_sysfs(tmp_path / "trn2-3xl", [8])
     nodev = tmp_path / "nodev"
-    assert physical_neuron_cores(trn2_3xl, nodev) == 8
+    assert sum(device_core_counts(trn2_3xl, nodev)) == 8
     assert logical_neuron_cores({}, trn2_3xl, nodev) == 4
     assert logical_neuron_cores({"NEURON_LOGICAL_NC_CONFIG": "1"}, trn2_3xl, nodev) == 8
     trn2_48xl = make_sysfs(tmp_path / "trn2-48xl", [8] * 16)

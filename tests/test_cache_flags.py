@@ -82,16 +82,16 @@ def test_bad_input_is_refused_clearly():
         nf.set_flag("", "--model-type", "")
 
 
-def test_update_env_on_a_given_environment():
+def test_replace_env_on_a_given_environment():
     env = {"NEURON_CC_FLAGS": USER_FLAGS}
-    change = nf.update_env("--retry_failed_compilation", env=env)
+    change = nf.replace_env(nf.set_flag(USER_FLAGS, "--retry_failed_compilation"), env=env)
     assert change.changed and change.before == USER_FLAGS and change.note is None
     assert env["NEURON_CC_FLAGS"] == USER_FLAGS + " --retry_failed_compilation"
     assert "--retry_failed_compilation" in change.message()
-    nf.update_env("--retry_failed_compilation", False, env=env)
+    nf.replace_env(nf.remove_flag(env["NEURON_CC_FLAGS"], "--retry_failed_compilation"), env=env)
     assert env["NEURON_CC_FLAGS"] == USER_FLAGS
     empty = {"NEURON_CC_FLAGS": "--no_cache"}
-    nf.update_env("--no_cache", False, env=empty)
+    nf.replace_env("", env=empty)
     assert "NEURON_CC_FLAGS" not in empty  # not left as an empty string
     with pytest.raises(ValueError):
         nf.replace_env("--cache_dir 'oops", env=env)
@@ -108,3 +108,12 @@ def test_runtime_not_initialised_without_torch_xla_import():
     else:
         assert nf.runtime_initialised() is False
         assert "torch_xla" not in sys.modules  # asking did not import it
+
+
+@pytest.mark.parametrize("flags, phrase", [("--cache_dir=", "--cache_dir with no value"),
+                                           ("--cache_dir '/x", "check its quotes")])
+def test_setup_check_reports_unusable_flags_instead_of_raising(flags, phrase):
+    from helpers.neuron_env import check_compile_cache
+
+    result = check_compile_cache({"NEURON_CC_FLAGS": flags}, stand_in=False)
+    assert not result.ok and phrase in result.message and "NEURON_CC_FLAGS" in result.fix

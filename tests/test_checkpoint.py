@@ -24,6 +24,7 @@ from mnist_mlp.checkpoint import (
     atomic_write_json,
     check_writable_dir,
     remove_stale_temps,
+    temp_name_pattern,
     writable_dir_problem,
 )
 from tests.conftest import REPO_ROOT
@@ -152,16 +153,18 @@ def test_temp_file_of_a_live_writer_is_left_alone(tmp_path):
 def test_old_temp_files_go_and_other_files_stay(tmp_path):
     alive_pid = 1  # init: always running, so only the age can make its temp stale
     old = tmp_path / f".checkpoint_cpu.pt.{alive_pid}.0123abcd.tmp"
-    fresh = tmp_path / f".results_cpu.json.{alive_pid}.89abcdef.tmp"
-    not_ours = [tmp_path / name for name in (".checkpoint_cpu.pt.tmp", "notes.1.0123abcd.tmp",
-                                              ".checkpoint_cpu.pt.1.0123abcd.tmp.bak", "checkpoint_cpu.pt")]
+    fresh = tmp_path / f".checkpoint_cpu.pt.{alive_pid}.89abcdef.tmp"
+    not_ours = [tmp_path / name for name in (
+        ".results_cpu.json.1.0123abcd.tmp",  # another target's: left to that target's next write
+        ".checkpoint_cpu.pt.tmp", "checkpoint_cpu.pt.1.0123abcd.tmp", ".checkpoint_cpu.pt.1.0123abcd.tmp.bak",
+        ".xcheckpoint_cpu.pt.1.0123abcd.tmp", "checkpoint_cpu.pt")]
     for p in (old, fresh, *not_ours):
         p.write_bytes(b"x")
     two_hours_ago = time.time() - 7200
     for p in (old, *not_ours):
         os.utime(p, (two_hours_ago, two_hours_ago))
 
-    removed = remove_stale_temps(tmp_path)
+    removed = remove_stale_temps(tmp_path, temp_name_pattern("checkpoint_cpu.pt"))
 
     assert removed == [old]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (fresh, *not_ours))
@@ -215,6 +218,14 @@ def test_atomic_save_into_an_unusable_directory_says_what_to_do(tmp_path):
         with pytest.raises(UnwritableDirError, match="not writable"):
             atomic_save({"w": torch.ones(1)}, target / "ck.pt")
     assert (target / "ck.pt").read_bytes() == b"old"
+
+
+def test_a_directory_where_the_checkpoint_goes_is_refused_before_writing(tmp_path):
+    (tmp_path / "ck.pt").mkdir()
+    (tmp_path / "ck.pt" / "keep").write_text("mine")
+    with pytest.raises(UnwritableDirError, match="ck.pt is a directory, not a file"):
+        atomic_write_json({"a": 1}, tmp_path / "ck.pt")
+    assert sorted(os.listdir(tmp_path)) == ["ck.pt"] and (tmp_path / "ck.pt" / "keep").read_text() == "mine"
 
 
 def test_xla_save_loads_on_cpu(tmp_path):

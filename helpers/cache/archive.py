@@ -234,7 +234,8 @@ def import_cache(archive: str | os.PathLike, root=None, progress: bool = True) -
     """
     archive = Path(archive).expanduser()
     if not archive.is_file():
-        why = "it is a directory" if archive.is_dir() else "no such file"
+        why = ("it is a directory" if archive.is_dir() else
+               "not a regular file" if os.path.lexists(archive) else "no such file")
         raise CompileCacheError(f"no archive at {archive} ({why})")
     root_path, created = _open_target(root)
     try:

@@ -187,27 +187,13 @@ class FlagsChange:
         return text + (f"\nNote: {self.note}" if self.note else "")
 
 
-def update_env(name: str, value: str | bool | None = True, env=None) -> FlagsChange:
-    """Set (value True / a string) or remove (value False) one flag in env[NEURON_CC_FLAGS].
-
-    Writes os.environ by default. When torch_xla already runs in this process the change
-    carries a note (graphs compiled so far keep their flags).
-    """
-    env = os.environ if env is None else env
-    before = env.get(ENV_VAR, "")
-    after = set_flag(before, name, value)
-    return _store(env, before, after)
-
-
 def replace_env(flags: str, env=None) -> FlagsChange:
-    """Replace the whole of env[NEURON_CC_FLAGS] (validated first: see validate_flags)."""
+    """Replace the whole of env[NEURON_CC_FLAGS] (os.environ by default), validated first (see
+    validate_flags). When torch_xla already runs in this process the change carries a note:
+    graphs compiled so far keep their flags."""
     env = os.environ if env is None else env
     validate_flags(flags)
-    before = env.get(ENV_VAR, "")
-    return _store(env, before, flags.strip())
-
-
-def _store(env, before: str, after: str) -> FlagsChange:
+    before, after = env.get(ENV_VAR, ""), flags.strip()
     if after:
         env[ENV_VAR] = after
     else:

@@ -29,7 +29,12 @@ _CSS = W.HTML("<style>.cc-mono select, .cc-mono pre {font-family: monospace; fon
 ALL = "(all)"
 UNSET = "(unset)"
 LABEL = {"description_width": "initial"}  # descriptions never cut to "Keep vers…"
-WRAP = W.Layout(flex_flow="row wrap", align_items="center", width="100%")
+FULL = "99%"  # of the output area: 100% plus a widget's 2 px margin would overflow it
+
+
+def _row() -> W.Layout:
+    """A row that wraps where the output area is narrow."""
+    return W.Layout(flex_flow="row wrap", align_items="center", width=FULL)
 ERROR, NOTE, OK = "#b00", "#a60", "#070"
 
 
@@ -73,17 +78,17 @@ class CacheBrowser:
         self.pending: list[plans.Plan] = []
         self.removed_note: str | None = None
 
-        self.header = W.HTML(layout=W.Layout(overflow="auto", width="100%"))
+        self.header = W.HTML(layout=W.Layout(overflow="auto", width=FULL))
         self.state_filter = W.SelectMultiple(options=STATES, value=STATES, rows=4,
                                              description="State", style=LABEL,
                                              tooltip="show entries in these states")
         self.version_filter = W.Dropdown(options=[ALL], value=ALL, description="Version",
                                          style=LABEL, layout=W.Layout(width="auto"),
                                          tooltip="show one compiler version's entries")
-        self.table = W.Select(options=[], rows=12, layout=W.Layout(width="100%"))
+        self.table = W.Select(options=[], rows=12, layout=W.Layout(width=FULL))
         self.table.add_class("cc-mono")
         self.table.add_class("cc-entries")
-        self.detail = W.HTML(layout=W.Layout(width="100%"))
+        self.detail = W.HTML(layout=W.Layout(width=FULL))
         self.refresh_button = _button("Refresh", "scan the cache again", "cc-refresh",
                                       icon="refresh")
 
@@ -98,16 +103,16 @@ class CacheBrowser:
         self.versions_button = _button("Remove other versions…", "plan: remove entries of "
                                        "every other compiler version", "cc-plan-versions")
         self.max_size = W.Text(placeholder="e.g. 20G", description="Max size on disk",
-                               style=LABEL, layout=W.Layout(width="16em"),
+                               style=LABEL, layout=W.Layout(width="19em"),
                                tooltip="size budget: least recently used entries go until "
                                        "the cache fits (K/M/G/T = powers of 1024)")
         self.older_than_days = W.BoundedIntText(value=0, min=0, max=100000,
                                                 description="Unused for days (0 = off)",
-                                                style=LABEL, layout=W.Layout(width="14em"),
+                                                style=LABEL, layout=W.Layout(width="20em"),
                                                 tooltip="remove entries not used for this long")
         self.prune_button = _button("Prune least recently used…", "plan: LRU entries beyond "
                                     "the size budget and/or age", "cc-plan-prune")
-        self.plan_view = W.HTML(layout=W.Layout(overflow="auto", width="100%"))
+        self.plan_view = W.HTML(layout=W.Layout(overflow="auto", width=FULL))
         self.confirm_button = _button("Confirm removal", "remove what the plan above lists",
                                       "cc-confirm", button_style="danger", disabled=True)
         self.cancel_button = _button("Cancel", "drop the plan, remove nothing", "cc-cancel",
@@ -134,13 +139,13 @@ class CacheBrowser:
         self.widget = W.VBox([
             _CSS, self.header,
             W.HBox([self.state_filter, W.VBox([self.version_filter, self.refresh_button])],
-                   layout=WRAP),
+                   layout=_row()),
             self.table, self.detail,
             W.HTML("<b>Cleanup</b> (each button shows its plan first)"),
-            W.HBox([self.failed_button, self.locks_button], layout=WRAP),
-            W.HBox([self.keep_version, self.versions_button], layout=WRAP),
-            W.HBox([self.max_size, self.older_than_days, self.prune_button], layout=WRAP),
-            self.plan_view, W.HBox([self.confirm_button, self.cancel_button], layout=WRAP),
+            W.HBox([self.failed_button, self.locks_button], layout=_row()),
+            W.HBox([self.keep_version, self.versions_button], layout=_row()),
+            W.HBox([self.max_size, self.older_than_days, self.prune_button], layout=_row()),
+            self.plan_view, W.HBox([self.confirm_button, self.cancel_button], layout=_row()),
             self.message,
         ], layout=W.Layout(width="100%"))
         self.widget.add_class("cc-mono")
@@ -294,26 +299,28 @@ class FlagsEditor:
     def __init__(self, env=None):
         self.env = os.environ if env is None else env
         self._syncing = False
-        self.text = W.Text(description=nf.ENV_VAR, layout=W.Layout(width="100%"), style=LABEL,
+        self.text = W.Text(description=nf.ENV_VAR, layout=W.Layout(width=FULL), style=LABEL,
                            tooltip="the whole variable: edit it freely")
         self.cache_dir = W.Text(description="--cache_dir", style=LABEL,
                                 placeholder="empty: the default cache (see locate_cache)",
-                                layout=W.Layout(width="100%"),
+                                layout=W.Layout(width=FULL),
                                 tooltip="where the persistent cache lives (a directory or s3://)")
+        spaced = dict(width="auto", margin="2px 1.5em 2px 2px")
         self.retry = W.Checkbox(description="--retry_failed_compilation", indent=False,
-                                layout=W.Layout(width="auto"),
+                                layout=W.Layout(**spaced),
                                 tooltip="compile again graphs whose failure is cached")
         self.no_cache = W.Checkbox(description="--no_cache", indent=False,
-                                   layout=W.Layout(width="auto"),
+                                   layout=W.Layout(**spaced),
                                    tooltip="do not read or write the persistent cache")
-        dropdown = dict(style=LABEL, layout=W.Layout(width="auto"))
         self.log_level = W.Dropdown(options=[UNSET, *nf.LOG_LEVELS], description="--log_level",
-                                    tooltip="how much the compiler wrapper logs", **dropdown)
+                                    tooltip="how much the compiler wrapper logs", style=LABEL,
+                                    layout=W.Layout(**spaced))
         self.auto_cast = W.Dropdown(options=[UNSET, *nf.AUTO_CAST], description="--auto-cast",
-                                    tooltip="neuronx-cc: which operations to cast down", **dropdown)
+                                    tooltip="neuronx-cc: which operations to cast down",
+                                    style=LABEL, layout=W.Layout(**spaced))
         self.model_type = W.Dropdown(options=[UNSET, *nf.MODEL_TYPES], description="--model-type",
                                      tooltip="neuronx-cc: optimisations for a model family",
-                                     **dropdown)
+                                     style=LABEL, layout=W.Layout(**spaced))
         self.apply_button = _button("Apply", f"write {nf.ENV_VAR} to the environment",
                                     "cc-flags-apply", button_style="primary")
         self.reload_button = _button("Reload from environment", f"read {nf.ENV_VAR} again, "
@@ -332,9 +339,9 @@ class FlagsEditor:
         self.reload_button.on_click(lambda _: self.reload())
         self.widget = W.VBox([
             self.text, self.cache_dir,
-            W.HBox([self.retry, self.no_cache], layout=WRAP),
-            W.HBox([self.log_level, self.auto_cast, self.model_type], layout=WRAP),
-            W.HBox([self.apply_button, self.reload_button], layout=WRAP), self.message,
+            W.HBox([self.retry, self.no_cache], layout=_row()),
+            W.HBox([self.log_level, self.auto_cast, self.model_type], layout=_row()),
+            W.HBox([self.apply_button, self.reload_button], layout=_row()), self.message,
         ], layout=W.Layout(width="100%"))
         self.widget.add_class("cc-flags-editor")
         self.reload()

@@ -1,0 +1,161 @@
+"""The exercises: each check says Not yet / Not quite / Correct and never raises on an answer;
+the solutions in notebooks/solutions/ run and are accepted; the notebooks commit the Not-yet state."""
+import ast
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from helpers import exercises as ex
+from tests.conftest import REPO_ROOT
+
+SOLUTIONS = sorted((REPO_ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.py"))
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+JUNK = [None, "", "938?", True, [938], float("nan")]
+
+
+def rows(*compiled_flags):
+    """CompileMetricsRecorder-shaped rows: one per step, UncachedCompile 1 where it compiled."""
+    return [{"label": f"step {i}", "UncachedCompile": int(c), "ExecuteComputation": 1}
+            for i, c in enumerate(compiled_flags)]
+
+
+def test_feedback_reads_the_same_as_text_and_html():
+    f = ex.Feedback("Exercise 9.9 (x)", ex.NOT_YET, "do it", "like <this>")
+    assert str(f) == "Exercise 9.9 (x) - Not yet: do it\nHint: like <this>"
+    assert "like &lt;this&gt;" in f._repr_html_() and not f.ok
+    right = ex.Feedback("Exercise 9.9 (x)", ex.RIGHT, "yes", "never shown")
+    assert right.ok and "Hint" not in str(right) and "never shown" not in right._repr_html_()
+
+
+def test_steps_per_epoch(mnist_root):
+    assert ex.check_steps_per_epoch(None, 64, mnist_root).verdict == ex.NOT_YET
+    for junk in JUNK:
+        assert not ex.check_steps_per_epoch(junk, 64, mnist_root).ok
+    assert ex.check_steps_per_epoch(937, 64, mnist_root).verdict == ex.WRONG  # forgot the last batch
+    right = ex.check_steps_per_epoch(938, 64, mnist_root)
+    assert right.ok and "holds 32 images" in right.message
+    assert ex.check_steps_per_epoch(600, 100, mnist_root).ok
+
+
+def test_memorised_one_batch():
+    assert ex.check_memorised_one_batch(2.27, 0.01).verdict == ex.NOT_YET
+    assert ex.check_memorised_one_batch(1.25, 0.1).verdict == ex.WRONG
+    too_big = ex.check_memorised_one_batch(2.2, 5.0)
+    assert too_big.verdict == ex.WRONG and "overshoot" in too_big.message
+    assert ex.check_memorised_one_batch(math.nan, 50).verdict == ex.WRONG
+    assert ex.check_memorised_one_batch(0.026, 0.5).ok
+
+
+def test_graph_count():
+    recorded = rows(0, 0, 1, 0, 0, 1)
+    assert ex.check_graph_count(None, recorded).verdict == ex.NOT_YET
+    assert ex.check_graph_count(3, recorded).verdict == ex.WRONG
+    right = ex.check_graph_count(2, recorded)
+    assert right.ok and "step 2, step 5" in right.message
+    for junk in JUNK:
+        assert not ex.check_graph_count(junk, recorded).ok
+
+
+def test_recompile_trigger():
+    assert ex.check_recompile_trigger(rows(1, 1, 1, 1, 1, 1)).verdict == ex.NOT_YET  # as committed
+    assert ex.check_recompile_trigger(rows(1, 1, 0, 0, 1, 0)).verdict == ex.WRONG
+    assert ex.check_recompile_trigger(rows(1, 1, 0, 0, 0, 0)).ok  # zeros start, then one graph
+    assert ex.check_recompile_trigger(rows(1)).verdict == ex.NOT_YET
+
+
+def test_cache_key():
+    blank = dict.fromkeys(ex.CACHE_KEY_ANSWERS)
+    assert ex.check_cache_key(blank).verdict == ex.NOT_YET
+    answers = {k: truth for k, (truth, _) in ex.CACHE_KEY_ANSWERS.items()}
+    assert ex.check_cache_key(answers).ok
+    answers["seed 0 -> 1"] = True
+    wrong = ex.check_cache_key(answers)
+    assert wrong.verdict == ex.WRONG and "1 wrong: seed 0 -> 1" in wrong.message
+    assert ex.check_cache_key({}).verdict == ex.NOT_YET
+
+
+def test_cache_dir_flag(tmp_path):
+    keep = {"--model-type": "transformer"}
+    wanted = str(tmp_path / "classroom-cache")
+    env = {"NEURON_CC_FLAGS": "--model-type=transformer"}
+    assert ex.check_cache_dir_flag(env, wanted, keep).verdict == ex.NOT_YET
+    assert ex.check_cache_dir_flag({"NEURON_CC_FLAGS": f"--cache_dir={wanted}"}, wanted,
+                                   keep).verdict == ex.WRONG  # --model-type lost
+    assert ex.check_cache_dir_flag({"NEURON_CC_FLAGS": "--model-type=transformer --cache_dir=/x"},
+                                   wanted, keep).verdict == ex.WRONG
+    assert ex.check_cache_dir_flag({"NEURON_CC_FLAGS": "--cache_dir='unclosed"}, wanted,
+                                   keep).verdict == ex.WRONG  # does not parse: said, not raised
+    assert ex.check_cache_dir_flag(
+        {"NEURON_CC_FLAGS": f"--model-type=transformer --cache_dir={wanted}"}, wanted, keep).ok
+
+
+def test_unequal_steps():
+    assert ex.check_unequal_steps(2, 32).verdict == ex.NOT_YET  # as committed
+    assert ex.check_unequal_steps(7, 3).verdict == ex.WRONG  # 2857 each with drop_last
+    right = ex.check_unequal_steps(7, 4)
+    assert right.ok and "2142" in right.message and "--batch-size" in right.message
+    assert ex.check_unequal_steps(64, 14).ok
+    for junk in JUNK + [0, -2, 2.5]:
+        assert not ex.check_unequal_steps(junk, 32).ok
+
+
+def test_steps_per_worker(mnist_root):
+    assert ex.check_steps_per_worker(None, 2, 32, mnist_root).verdict == ex.NOT_YET
+    assert ex.check_steps_per_worker(938, 2, 32, mnist_root).verdict == ex.WRONG  # rounded up
+    assert ex.check_steps_per_worker(937, 2, 32, mnist_root).ok
+    assert ex.check_steps_per_worker(1875, 1, 32, mnist_root).ok
+
+
+def test_bf16_checks():
+    assert ex.largest_surviving_exponent() == 7
+    assert ex.check_bf16_smallest_update(None).verdict == ex.NOT_YET
+    assert ex.check_bf16_smallest_update(8).verdict == ex.WRONG
+    assert ex.check_bf16_smallest_update(7).ok
+    adds = ex.repeated_small_adds()
+    assert adds["nearest"] == 1.0 and abs(adds["stochastic"] - adds["exact"]) < 0.1 * adds["exact"]
+    assert ex.check_repeated_small_adds(None, None).verdict == ex.NOT_YET
+    assert ex.check_repeated_small_adds(2.95, 2.95).verdict == ex.WRONG  # RNE drops them all
+    assert ex.check_repeated_small_adds(1.0, 1.0).verdict == ex.WRONG
+    assert ex.check_repeated_small_adds(1, 3).ok
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+def test_solution_runs_and_every_check_accepts_it(solution, mnist_root, script_env):
+    done = subprocess.run([sys.executable, str(solution)], cwd=REPO_ROOT, env=script_env,
+                          capture_output=True, text=True, timeout=600)
+    verdicts = [line for line in done.stdout.splitlines() if line.startswith("Exercise ")]
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert verdicts and all(" - Correct: " in line for line in verdicts), done.stdout
+
+
+def exercise_cells(path):
+    return [c for c in json.loads(path.read_text())["cells"]
+            if "exercise" in c.get("metadata", {}).get("tags", [])]
+
+
+def check_calls(source: str) -> list[str]:
+    return [node.func.id for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id.startswith("check_")]
+
+
+@pytest.mark.parametrize("notebook", [p for p in NOTEBOOKS if not p.name.startswith("00_")],
+                         ids=lambda p: p.name)
+def test_notebook_ends_with_exercises_that_have_checks_and_solutions(notebook):
+    cells = exercise_cells(notebook)
+    assert cells, f"{notebook.name} has no cells tagged 'exercise' at its end"
+    all_cells = json.loads(notebook.read_text())["cells"]
+    assert all_cells[-len(cells):] == cells, "the exercises come last"
+    calls = [name for c in cells if c["cell_type"] == "code" for name in check_calls("".join(c["source"]))]
+    assert calls, f"{notebook.name}: no check cell"
+    for name in calls:
+        assert callable(getattr(ex, name, None)), f"{notebook.name} calls {name}, not in helpers.exercises"
+    assert (REPO_ROOT / "notebooks" / "solutions" / f"{notebook.stem}.py").exists()
+    for cell in cells:
+        for out in cell.get("outputs", []):  # committed executed: the untouched state
+            text = "".join(out.get("data", {}).get("text/plain", ""))
+            if text.startswith("Exercise "):
+                assert " - Not yet: " in text, f"{notebook.name} commits a solved exercise: {text}"
