@@ -129,18 +129,10 @@ def _read_split(root: Path, train: bool, **kwargs):
         ) from None
 
 
-def torchvision_loader(
-    root: str | os.PathLike | None,
-    *,
-    train: bool,
-    batch_size: int,
-    rank: int = 0,
-    world_size: int = 1,
-    seed: int = 0,
-    shuffle: bool = True,
-    drop_last: bool = False,
-) -> DataLoader:
+def torchvision_loader(root: str | os.PathLike | None, *, train: bool, batch_size: int,
+                       drop_last: bool = False, **shard) -> DataLoader:
     """torchvision MNIST + ToTensor() + ShardSampler + DataLoader: the AWS sample's path.
+    `shard`: ShardSampler's (rank, world_size, seed, shuffle).
 
     One PIL image per sample, converted per sample: simple and familiar, but slow per
     batch. Its sampler (`loader.sampler`) advances the epoch by itself.
@@ -149,8 +141,8 @@ def torchvision_loader(
 
     _check_batch_size(batch_size)
     dataset = _read_split(resolve_data_dir(root), train, transform=ToTensor())
-    _warn_if_ranks_get_unequal_batches(len(dataset), world_size, batch_size, drop_last)
-    sampler = ShardSampler(len(dataset), rank, world_size, seed=seed, shuffle=shuffle)
+    sampler = ShardSampler(len(dataset), **shard)
+    _warn_if_ranks_get_unequal_batches(len(dataset), sampler.world_size, batch_size, drop_last)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, num_workers=0)
 
 
@@ -215,23 +207,11 @@ class FastMnistLoader:
             yield images[start : start + size], labels[start : start + size]
 
 
-def fast_loader(
-    root: str | os.PathLike | None,
-    *,
-    train: bool,
-    batch_size: int,
-    rank: int = 0,
-    world_size: int = 1,
-    seed: int = 0,
-    shuffle: bool = True,
-    drop_last: bool = False,
-) -> FastMnistLoader:
-    """A FastMnistLoader over one split, read with torchvision's own IDX reader."""
+def fast_loader(root: str | os.PathLike | None, *, train: bool, **options) -> FastMnistLoader:
+    """A FastMnistLoader over one split, read with torchvision's own IDX reader. `options`:
+    FastMnistLoader's (batch_size, rank, world_size, seed, shuffle, drop_last)."""
     dataset = _read_split(resolve_data_dir(root), train)
-    return FastMnistLoader(
-        dataset.data, dataset.targets, batch_size=batch_size, rank=rank, world_size=world_size,
-        seed=seed, shuffle=shuffle, drop_last=drop_last,
-    )
+    return FastMnistLoader(dataset.data, dataset.targets, **options)
 
 
 LOADER_KINDS = {"fast": fast_loader, "torchvision": torchvision_loader}

@@ -94,7 +94,7 @@ def test_cache_browser_filter_plan_confirm(notebook_runs, lab):
     cell = code_cell(run.page, "CacheBrowser(", "build_demo_cache")
     rerun_cell(run.page, lab, name, cell)
     seen = click_through_cache_browser(cell, state="failed")
-    cell.screenshot(path=str(SCREENSHOTS / f"{name[:-6]}_cache_browser.png"))
+    cell.locator(".cc-browser").first.screenshot(path=str(SCREENSHOTS / f"{name[:-6]}_cache_browser.png"))
     assert len(seen["filtered"]) < len(seen["entries_before"]), "the filter hid the other states"
     plan = seen["plan"]
     assert re.search(rf"remove {len(seen['filtered'])} item\(s\)", plan), plan
@@ -111,7 +111,8 @@ def test_flags_editor_tick_and_apply(notebook_runs):
     ran_clean(run)
     cell = code_cell(run.page, "FlagsEditor(")
     seen = click_through_flags_editor(cell)
-    cell.screenshot(path=str(SCREENSHOTS / f"{name[:-6]}_flags_editor.png"))
+    cell.locator(".cc-flags-editor").first.screenshot(
+        path=str(SCREENSHOTS / f"{name[:-6]}_flags_editor.png"))
     assert seen["flag"].startswith("--") and seen["flag"] in seen["text"].split()
     applied = re.findall(r"NEURON_CC_FLAGS='([^']*)'", seen["message"])
     assert applied and seen["flag"] in applied[-1].split(), seen["message"]
