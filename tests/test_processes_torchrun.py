@@ -159,7 +159,7 @@ def test_torchrun_hang_times_out_and_no_worker_survives(tmp_path):
         time.sleep(600)
     """)
     with pytest.raises(CommandTimedOut) as timeout:
-        run_torchrun(script, nproc_per_node=2, timeout=10, on_line=lambda _: None)
+        run_torchrun(script, nproc_per_node=2, timeout=25, on_line=lambda _: None)
     assert "stopped the whole process tree" in str(timeout.value)
     pid_files = sorted(tmp_path.glob("worker*.pid"))
     assert [p.name for p in pid_files] == ["worker0.pid", "worker1.pid"], \
