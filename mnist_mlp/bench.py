@@ -6,22 +6,30 @@ CPU stage (train_cpu.train, one epoch each, batch 32):
   bare loop    the same loop over batches built beforehand: the limit for this loop
 XLA stage (train.train, on the CPU stand-in here, a NeuronCore on Trainium):
   torch_xla.sync() every step  against  MpDeviceLoader, with the graphs each compiled.
+BF16 stage (train_bf16.py, one process per --precision mode, as the runtime settings require):
+  each mode's throughput as a ratio to its fp32 mode, on this machine.
 
 Rounds are interleaved and the best of each kept, so a busy moment on the machine hurts
 every variant alike. Ratios are what to read; absolute numbers depend on the machine.
 """
 import argparse
 import statistics
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
+from mnist_mlp.cli import one_line_errors
 from mnist_mlp.download import ensure_mnist
 from mnist_mlp.data import make_loader
 from mnist_mlp import train as xla_stage  # first: picks the XLA backend before any backward pass
 from mnist_mlp import train_cpu
 from mnist_mlp.tracking import StepTracker
 from mnist_mlp.model import MLP
+from mnist_mlp.precision import PRECISIONS
+from mnist_mlp.results import RunResults, results_path
 
 TARGET_FAST_VS_TORCHVISION = 3.5
 TARGET_FAST_VS_BARE = 0.90
@@ -54,12 +62,37 @@ def xla_throughput(root, device, steps: int, device_loader: bool):
     return tracker.throughput, (met.counter_value("UncachedCompile") or 0) - before, xla_stage.backend
 
 
+def bf16_throughputs(root, steps: int, rounds: int) -> dict[str, list[float]]:
+    """it/s of train_bf16.py in each --precision mode, `rounds` interleaved runs of `steps` steps.
+    Each mode runs as its own process, as the script is meant to: the Neuron runtime and
+    compiler read the mode's settings when a process starts."""
+    script = Path(__file__).with_name("train_bf16.py")
+    runs: dict[str, list[float]] = {precision: [] for precision in PRECISIONS}
+    with tempfile.TemporaryDirectory(prefix="bench-bf16-") as scratch:
+        for r in range(rounds):
+            for precision in PRECISIONS:
+                cmd = [sys.executable, str(script), "--precision", precision, "--steps-this-run",
+                       str(steps), "--data-dir", str(root), "--checkpoint-dir", scratch]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+                    raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{tail}")
+                stage = f"bf16_{precision}"
+                runs[precision].append(RunResults.read(results_path(scratch, stage)).throughput_it_s)
+            print(f"bf16 round {r + 1}/{rounds}: "
+                  + ", ".join(f"{p} {v[-1]:.0f} it/s" for p, v in runs.items()), flush=True)
+    return runs
+
+
+@one_line_errors  # missing data: one line saying what to do
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--epochs", type=int, default=1, help="CPU epochs per measurement")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--xla-steps", type=int, default=1000)
     p.add_argument("--data-dir", type=Path, default=None)
+    p.add_argument("--bf16-steps", type=int, default=600, help="steps per train_bf16.py run")
+    p.add_argument("--bf16-rounds", type=int, default=2, help="0 skips the BF16 stage")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # a batch-32 MLP gains nothing from threads; steadier numbers
     # Start the XLA device before any CPU backward pass: autograd sizes its per-device queues
@@ -82,6 +115,8 @@ def main(argv=None):
     sync_its, sync_graphs, backend = xla_throughput(root, xla_device, args.xla_steps, device_loader=False)
     mpdl_its, mpdl_graphs, _ = xla_throughput(root, xla_device, args.xla_steps, device_loader=True)
 
+    bf16_runs = bf16_throughputs(root, args.bf16_steps, args.bf16_rounds) if args.bf16_rounds else {}
+
     fast_vs_tv = best["fast"] / best["torchvision"]
     fast_vs_bare = best["fast"] / best["bare loop"]
     print()
@@ -97,6 +132,17 @@ def main(argv=None):
     print(f"{'torch_xla.sync() every step':<34}{sync_its:>9.0f}{sync_graphs:>9}")
     print(f"{'MpDeviceLoader':<34}{mpdl_its:>9.0f}{mpdl_graphs:>9}"
           f"   ({mpdl_its / sync_its:.2f}x sync-per-step)")
+    if bf16_runs:
+        bf16_best = {p: max(v) for p, v in bf16_runs.items()}
+        print()
+        print(f"BF16 stage on {backend.name} (train_bf16.py --precision ...), {args.bf16_steps} "
+              f"steps, best of {args.bf16_rounds}: ratios to fp32 on this machine only")
+        print(f"{'precision':<34}{'it/s':>9}{'vs fp32':>9}")
+        for precision, its in bf16_best.items():
+            print(f"{precision:<34}{its:>9.0f}{its / bf16_best['fp32']:>8.2f}x")
+        if backend.name != "neuron":
+            print("(the stand-in has no BF16 matrix engine, and it emulates stochastic rounding in "
+                  "software: these ratios say nothing about Trainium's)")
     print()
     ok = lambda good: "meets target" if good else "BELOW TARGET"  # noqa: E731
     print(f"fast / torchvision = {fast_vs_tv:.2f}x  (target >= {TARGET_FAST_VS_TORCHVISION}x: "
@@ -104,7 +150,8 @@ def main(argv=None):
     print(f"fast / bare loop   = {fast_vs_bare:.0%}  (target >= {TARGET_FAST_VS_BARE:.0%}: "
           f"{ok(fast_vs_bare >= TARGET_FAST_VS_BARE)})")
     return dict(best=best, runs=runs, xla=dict(sync=sync_its, mpdl=mpdl_its,
-                                                sync_graphs=sync_graphs, mpdl_graphs=mpdl_graphs))
+                                                sync_graphs=sync_graphs, mpdl_graphs=mpdl_graphs),
+                bf16=bf16_runs)
 
 
 if __name__ == "__main__":

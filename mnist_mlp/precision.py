@@ -29,7 +29,8 @@ def stochastic_round_to_bf16(x: torch.Tensor, draw: torch.Tensor) -> torch.Tenso
     equal to how far `x` lies towards it: the result is right on average (round-to-nearest is
     not: it always drops a change smaller than half a BF16 step).
 
-    draw: uniform random numbers in [0, 1), x's shape (torch.rand, or uniform_hash on XLA).
+    draw: uniform random numbers in [0, 1) of x's shape (torch.rand, or as StochasticRoundingSGD
+    makes them).
     NaN and infinities stay as they are; values below BF16's smallest normal (about 1e-38)
     round to nearest.
     """

@@ -138,3 +138,23 @@ def test_make_classroom_import_loads_an_exported_archive(tmp_path):
     missing = subprocess.run(["make", "--no-print-directory", "-o", STAMP, "classroom-import"],
                              cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert missing.returncode == 2 and "usage: make classroom-import ARCHIVE=" in missing.stderr
+
+
+def make_plan(*args):
+    return subprocess.run(["make", "-n", "--no-print-directory", "-o", STAMP, *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_make_lab_listens_where_told_and_allows_root_only_as_root():
+    lab = next(line for line in make_plan("lab").splitlines() if "--ServerApp.ip" in line)
+    assert "--ServerApp.ip=127.0.0.1 --ServerApp.port=8888" in lab
+    assert ("--allow-root" in lab) == (os.geteuid() == 0)
+    lab = next(line for line in make_plan("lab", "LAB_IP=0.0.0.0", "LAB_PORT=8890").splitlines()
+               if "--ServerApp.ip" in line)
+    assert "--ServerApp.ip=0.0.0.0 --ServerApp.port=8890" in lab
+
+
+def test_make_test_installs_the_browser_before_pytest():
+    plan = make_plan("test")
+    assert "Browser for the browser test" in plan and "apt-get install" in plan
+    assert plan.index("apt-get install") < plan.index("-m pytest tests")

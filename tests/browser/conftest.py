@@ -105,9 +105,9 @@ class NotebookRuns:
 
     def release(self, name: str) -> None:
         run = self.runs[name]
-        shut_down_kernel(self.server, name)
         if not run.page.is_closed():
-            run.page.close()
+            run.page.close()  # first: the page would log the kernel's end as a console error
+        shut_down_kernel(self.server, name)
         self.kept_open.discard(name)
 
 

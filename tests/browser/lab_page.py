@@ -148,6 +148,7 @@ def run_notebook(page, server, notebook_path: Path, timeout: float) -> NotebookR
     """Open, Run > Run All Cells, wait, save; collect every problem the page or file shows."""
     run = NotebookRun(notebook_path.name, page)
     watch_console(page, run.console_errors)
+    saved_before = notebook_path.stat().st_mtime_ns
     started = time.monotonic()
     open_notebook(page, server, notebook_path.name)
     click_menu(page, "Run", "Run All Cells")
@@ -155,5 +156,9 @@ def run_notebook(page, server, notebook_path: Path, timeout: float) -> NotebookR
     run.seconds = time.monotonic() - started
     wait_for_widgets(page)
     save_notebook(page, server, notebook_path.name)
-    run.problems = output_problems(page) + saved_error_outputs(notebook_path)
+    run.problems = output_problems(page)
+    if notebook_path.stat().st_mtime_ns == saved_before:
+        run.problems.append("JupyterLab did not save the run, so its file could not be checked")
+    else:
+        run.problems += saved_error_outputs(notebook_path)
     return run

@@ -34,10 +34,10 @@ LAB_SETTINGS = {
 }
 
 
-def browser_problem() -> str | None:
+def browser_problem(chromium: Path = CHROMIUM) -> str | None:
     """Why the browser test cannot run here, or None when Chromium and Playwright are present."""
-    if not CHROMIUM.is_file():
-        return f"no Chromium at {CHROMIUM}: {INSTALL_HINT}"
+    if not chromium.is_file():
+        return f"no Chromium at {chromium}: {INSTALL_HINT}"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError as err:
