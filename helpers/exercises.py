@@ -53,6 +53,18 @@ def _number(value) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _judge_steps(name: str, predicted, measured: int, hint: str, *, right: str,
+                 wrong: str) -> Feedback:
+    """A predicted step count against the measured one."""
+    guess = _number(predicted)
+    if guess is None:
+        return Feedback(name, NOT_YET, "set predicted_steps to your prediction, then run this cell.",
+                        hint)
+    if guess == measured:
+        return Feedback(name, RIGHT, right)
+    return Feedback(name, WRONG, f"you said {predicted}; {wrong}.", hint)
+
+
 # --------------------------------------------------------------------------- 01 · CPU
 
 def check_steps_per_epoch(predicted, batch_size: int, data_dir=None) -> Feedback:
@@ -64,15 +76,11 @@ def check_steps_per_epoch(predicted, batch_size: int, data_dir=None) -> Feedback
     measured = len(loader)
     hint = (f"60,000 training images in batches of {batch_size}; the last batch may be short "
             "(the CPU loader keeps it): round up.")
-    guess = _number(predicted)
-    if guess is None:
-        return Feedback(name, NOT_YET, "set predicted_steps to your prediction, then run this cell.",
-                        hint)
-    if guess == measured:
-        ragged = 60_000 % batch_size
-        tail = f" (the last one holds {ragged} images)" if ragged else ""
-        return Feedback(name, RIGHT, f"{measured} steps of up to {batch_size} images{tail}.")
-    return Feedback(name, WRONG, f"you said {predicted}; len(loader) is different.", hint)
+    ragged = 60_000 % batch_size
+    tail = f" (the last one holds {ragged} images)" if ragged else ""
+    return _judge_steps(name, predicted, measured, hint,
+                        right=f"{measured} steps of up to {batch_size} images{tail}.",
+                        wrong="len(loader) is different")
 
 
 ONE_BATCH_TARGET = 0.05
@@ -136,7 +144,8 @@ def check_recompile_trigger(rows) -> Feedback:
         return Feedback(name, verdict, f"{len(compiled)} of {len(rows)} steps compiled a new graph "
                         f"({', '.join(compiled)}).",
                         "print the shape of every tensor the loop keeps from step to step. Which "
-                        "one grows? Keep a fixed-size summary instead (e.g. a running mean).")
+                        "one grows? Keep one value of fixed shape instead, updated at each step "
+                        "(a running sum, or an exponential mean).")
     return Feedback(name, RIGHT, f"from step {SETTLED_AFTER} on every step reuses one graph: what "
                     "the loop keeps on the device has the same shape at every step. (The first "
                     "steps may still compile: a tensor that starts as a constant, e.g. zeros, "
@@ -237,18 +246,13 @@ def check_steps_per_worker(predicted, world_size: int = 2, batch_size: int = 32,
     measured = len(loader)
     hint = (f"{world_size} workers share 60,000 images; each takes batches of {batch_size}, and on "
             "XLA a short last batch is dropped (drop_last: one shape, one graph): round down.")
-    guess = _number(predicted)
-    if guess is None:
-        return Feedback(name, NOT_YET, "set predicted_steps to your prediction, then run the cell.",
-                        hint)
-    if guess == measured:
-        share = 60_000 // world_size
-        return Feedback(name, RIGHT, f"{measured} steps per worker: {share:,} images each, "
-                        f"{measured} whole batches of {batch_size}, the last {share % batch_size} "
-                        "images dropped. Together the workers take the same number of images per "
-                        "epoch as one worker, in half the steps.")
-    return Feedback(name, WRONG, f"you said {predicted}; rank 0's loader has a different length.",
-                    hint)
+    share = 60_000 // world_size
+    return _judge_steps(name, predicted, measured, hint,
+                        right=f"{measured} steps per worker: {share:,} images each, {measured} whole "
+                              f"batches of {batch_size}, the last {share % batch_size} images "
+                              "dropped. Together the workers take the same number of images per "
+                              "epoch as one worker, in half the steps.",
+                        wrong="rank 0's loader has a different length")
 
 
 # --------------------------------------------------------------------------- 05 · BF16
@@ -265,8 +269,8 @@ def check_bf16_smallest_update(k) -> Feedback:
     """05, exercise 1: the smallest power-of-two step that still changes 1.0 in BF16."""
     name = "Exercise 05.1 (the smallest update BF16 keeps at 1.0)"
     truth = largest_surviving_exponent()
-    hint = ("BF16 keeps 8 significant bits (7 stored): next to 1.0 its values are 2**-7 apart, "
-            "and an update of half a step or less rounds back to 1.0.")
+    hint = ("BF16 keeps 8 significant bits: work out how far apart its values are just above "
+            "1.0. A sum exactly half way between two of them rounds to the 'even' one.")
     guess = _number(k)
     if guess is None:
         return Feedback(name, NOT_YET, "set smallest_surviving_k, then run this cell.", hint)
