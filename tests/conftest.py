@@ -1,13 +1,12 @@
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
 # Tests that touch torch_xla in-process run it on the CPU stand-in; must be set before it loads.
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from mnist_mlp.paths import REPO_ROOT  # noqa: E402,F401  (the tests import it from here too)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,7 @@ from helpers.cache.demo import DEMO_VERSION
 from helpers.cache.scan import scan_cache
 from tests.cache_trees import CUR_DIR, OLD, OLD_DIR
 
-REPO = Path(__file__).resolve().parents[1]
+from mnist_mlp.paths import REPO_ROOT as REPO  # noqa: E402
 
 
 def cli(*args, env=None, prefix=(), timeout=60):

@@ -8,13 +8,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from helpers.cache.scan import scan_cache
 
-REPO = Path(__file__).resolve().parents[1]
+from mnist_mlp.paths import REPO_ROOT as REPO  # noqa: E402
 
 SCRIPT = r"""
 import json, os, sys, time, warnings

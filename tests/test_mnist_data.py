@@ -43,7 +43,7 @@ from mnist_mlp.download import (
 from mnist_mlp.nielsen_idx import RestrictedNumpyUnpickler
 from mnist_mlp.data import FastMnistLoader, ShardSampler, fast_loader, make_loader, shard_indices, torchvision_loader
 
-REPO = Path(__file__).resolve().parents[1]
+from mnist_mlp.paths import REPO_ROOT as REPO  # noqa: E402
 
 
 @pytest.fixture(scope="session")

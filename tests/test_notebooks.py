@@ -18,7 +18,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+from mnist_mlp.paths import REPO_ROOT
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 TEACHING_DEF_MARKER = "# Teaching def:"
 SETUP_LINES = (

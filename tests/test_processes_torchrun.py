@@ -199,3 +199,22 @@ def test_two_node_commands():
 def test_lines_by_rank_drops_torchrun_own_lines():
     lines = ["W1121 torchrun says", "[rank0]: a", "[rank1]: b", "[rank0]: c", "[rank10]: d"]
     assert lines_by_rank(lines) == {0: ["a", "c"], 1: ["b"], 10: ["d"]}
+
+
+def test_torchrun_set_up_chatter_goes_to_the_log_not_the_cell(tmp_path):
+    """torchrun's OMP_NUM_THREADS banner (printed for 2+ workers) and blank lines are not shown;
+    the log keeps every line."""
+    script = write_script(tmp_path / "hello.py", """
+        import os
+        print(f"hello from {os.environ['RANK']}", flush=True)
+        print("", flush=True)
+    """)
+    shown, log = [], tmp_path / "run.log"
+    result = run_torchrun(script, nproc_per_node=2, timeout=120, on_line=shown.append,
+                          log_path=log)
+    logged = log.read_text().splitlines()
+    assert any("OMP_NUM_THREADS" in line for line in logged), logged
+    assert logged == result.lines
+    assert not any("OMP_NUM_THREADS" in line or line.strip("*").strip() == "" for line in shown), shown
+    assert sorted(line for line in shown if "hello" in line) == ["[rank0]: hello from 0",
+                                                                 "[rank1]: hello from 1"]
