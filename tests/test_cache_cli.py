@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
+from mnist_mlp.paths import REPO_ROOT as REPO
+
 from helpers.cache.demo import DEMO_VERSION
 from helpers.cache.scan import scan_cache
 from tests.cache_trees import CUR_DIR, OLD, OLD_DIR
 
-from mnist_mlp.paths import REPO_ROOT as REPO  # noqa: E402
 
 
 def cli(*args, env=None, prefix=(), timeout=60):

@@ -11,15 +11,17 @@ import sys
 
 import pytest
 
+from mnist_mlp.paths import REPO_ROOT as REPO
+
 from helpers.cache import precompile as pc
 
-from mnist_mlp.paths import REPO_ROOT as REPO  # noqa: E402
 ARGS = ["--epochs", "2", "--batch-size", "64", "--lr", "0.05", "--seed", "1", "--loader", "fast",
         "--data-dir", "/data/mnist", "--checkpoint-dir", "/tmp/ckpt"]
 CURRENT = "neuronxcc-2.21.33363.0+82129205"
 
 TRAIN_SCRIPT = r'''
 import argparse, json, os, sys
+from pathlib import Path
 p = argparse.ArgumentParser()
 for flag in ("--epochs", "--batch-size", "--seed"):
     p.add_argument(flag, type=int)
@@ -48,6 +50,7 @@ if cache and not a.steps_this_run:  # the real run reaches one graph the trial d
 
 FAKE_WRAPPER = r'''#!PYTHON
 import json, os, subprocess, sys
+from pathlib import Path
 from helpers.cache.demo import neff_bytes
 with open(os.environ["INVOCATIONS"], "a") as log:
     log.write(json.dumps(["wrapper", *sys.argv[1:]]) + "\n")

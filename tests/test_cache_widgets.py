@@ -1,7 +1,6 @@
 """The cache widgets, built and driven without a browser: values set, buttons clicked."""
 from __future__ import annotations
 
-
 import shutil
 
 import ipywidgets as W

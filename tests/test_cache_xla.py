@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
+from mnist_mlp.paths import REPO_ROOT as REPO
+
 from helpers.cache.scan import scan_cache
 
-from mnist_mlp.paths import REPO_ROOT as REPO  # noqa: E402
 
 SCRIPT = r"""
 import json, os, sys, time, warnings
