@@ -22,7 +22,7 @@ STATE_OF = {"done_hex": "done", "done_big": "done", "failed": "failed",
             "failed_with_link": "failed", "locked_fresh": "locked", "locked_stale": "locked",
             "incomplete": "incomplete", "bad_flags": "done", "old_done": "done",
             "old_failed": "failed", "old_locked_fresh": "locked", "legacy": "done"}
-ALL_STATES = {"done": 5, "failed": 3, "locked": 3, "incomplete": 1}
+ALL_STATES = {"done": 5, "failed": 3, "locked": 3, "incomplete": 1, "unknown": 0}
 LINKED = f"{CUR_DIR}/MODULE_eeee0000eeee0000eeee+ede6753c"  # a symlinked "entry"
 
 

@@ -48,7 +48,7 @@ def test_ls_table(tree):
     assert "12 entries (done 5, failed 3, locked 3, incomplete 1)" in out
     assert "2.0 GiB" in out  # human-readable sizes (the sparse neff, apparent)
     header = next(line for line in out.splitlines() if line.startswith("VERSION"))
-    assert header.split() == ["VERSION", "ENTRIES", "DONE", "FAILED", "LOCKED", "INCOMPLETE",
+    assert header.split() == ["VERSION", "ENTRIES", "DONE", "FAILED", "LOCKED", "INCOMPLETE", "UNKNOWN",
                               "SIZE", "ON", "DISK"]
     row = next(line for line in out.splitlines() if line.startswith(OLD_DIR))
     assert row.split()[1:6] == ["3", "1", "1", "1", "0"]
@@ -63,7 +63,7 @@ def test_ls_json_and_filters(tree):
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert [e["key"] for e in data["entries"]] == [tree.key("old_failed")]
-    assert data["summary"]["by_state"] == {"done": 5, "failed": 3, "locked": 3, "incomplete": 1}
+    assert data["summary"]["by_state"] == {"done": 5, "failed": 3, "locked": 3, "incomplete": 1, "unknown": 0}
     assert data["summary"]["by_version"][CUR_DIR]["entries"] == 8
 
 
@@ -191,7 +191,7 @@ def test_help():
 def test_prune_refuses_nonsense_values(tree, args, phrase):
     r = cli("prune", *args, "--root", tree.root)
     assert refused(r, phrase)
-    assert scan_cache(tree.root).by_state() == {"done": 5, "failed": 3, "locked": 3, "incomplete": 1}
+    assert scan_cache(tree.root).by_state() == {"done": 5, "failed": 3, "locked": 3, "incomplete": 1, "unknown": 0}
 
 
 def test_prune_failing_part_way_reports_and_exits_non_zero(tree):

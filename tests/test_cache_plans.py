@@ -47,7 +47,7 @@ def test_remove_failed_plan_then_apply(tree):
     assert result.size_bytes == plan.size_bytes
     assert not any(tree.root.joinpath(k).exists() for k in failed)
     after = scan_cache(tree.root)
-    assert after.by_state() == {"done": 5, "failed": 0, "locked": 3, "incomplete": 1}
+    assert after.by_state() == {"done": 5, "failed": 0, "locked": 3, "incomplete": 1, "unknown": 0}
 
 
 def test_stale_lock_cleared_fresh_lock_kept(tree):

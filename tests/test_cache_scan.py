@@ -3,17 +3,20 @@ told apart by its model.neff's content), hashes, sizes, flags, logs, unknown ite
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
 
 import pytest
 
 from helpers.cache.demo import DEMO_BIG_NEFF, DEMO_FLAGS, build_demo_cache, neff_bytes
-from helpers.cache.entry import LOG_TAIL_LINES, neff_kind
+from helpers.cache.entry import LOG_TAIL_LINES, NEFF_HEADER, neff_kind
 from helpers.cache.location import (DEFAULT_ROOT, CacheLocation, CompileCacheError,
                                     RemoteCacheError, locate_cache)
 from helpers.cache.flags import FlagsError
-from helpers.cache.plans import plan_clear_stale_locks
+from helpers.cache.plans import (UNKNOWN_KEPT, plan_clear_stale_locks, plan_prune,
+                                 plan_remove_failed, plan_remove_other_versions)
+from helpers.cache.render import render_entry
 from helpers.cache.scan import scan_cache
 from helpers.cache.units import human_bytes, parse_size, short_time
 from tests.cache_trees import (ALL_STATES, CUR_DIR, CURRENT, DAY, ENTRIES, LEGACY, LEGACY_DIR,
@@ -40,19 +43,59 @@ def test_failed_neff_is_told_apart_by_its_content(tree):
 
 
 def test_neff_kinds(tmp_path):
+    random_8k = random.Random(16).randbytes(8192)
+    newer_header = NEFF_HEADER.pack(3, 2048, 4096) + bytes(4096)  # a NEFF version we do not know
     cases = {"program": neff_bytes(4096), "failure": b"Failed compilation with ['neuronx-cc']: x",
+             "compiler log": b"INFO pass 1\nERROR 103915 [neuronx-cc]\nCompiler status ERROR\n",
+             "error code": "2026-05-29 [NCC_EVRF009] shape mismatch \u2192 retry\n".encode(),
              "other text": b"oops, not a program\n", "binary": b"\x7fELF\0\0\0" + bytes(100),
+             "random 8 KiB": random_8k, "newer header": newer_header,
+             "latin-1 text": "d\xe9j\xe0 vu: Failed compilation with x".encode("latin-1"),
              "empty": b""}
     kinds = {}
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
-        kinds[name] = neff_kind(tmp_path / name)
-    assert kinds == {"program": ("neff", None), "binary": ("neff", None),
-                     "failure": ("failed", "Failed compilation with ['neuronx-cc']: x"),
-                     "other text": ("failed", "oops, not a program\n"), "empty": ("empty", None)}
+        kinds[name] = neff_kind(tmp_path / name)[0]
+    assert kinds == {"program": "neff", "binary": "neff", "random 8 KiB": "neff",
+                     "newer header": "neff", "latin-1 text": "neff", "failure": "failed",
+                     "compiler log": "failed", "error code": "failed", "other text": "unknown",
+                     "empty": "empty"}
+    assert neff_kind(tmp_path / "failure")[1] == "Failed compilation with ['neuronx-cc']: x"
     big = tmp_path / "big"
-    big.write_bytes(b"Failed compilation: " + b"e" * 100_000)
-    assert len(neff_kind(big)[1]) == 4096  # only a bounded prefix is read
+    big.write_bytes(b"Failed compilation with x: " + "\u00e9".encode() * 50_000)  # cut mid-character
+    kind, text = neff_kind(big)
+    assert kind == "failed" and len(text.encode()) in (4095, 4096)  # a bounded prefix is read
+
+
+def test_a_program_is_never_called_failed_nor_pruned(tmp_path):
+    """Issue 16.7: random bytes or a newer NEFF header is a program; text without the wrapper's
+    markers is "unknown"; neither is removed by prune --failed or any other plan."""
+    root = tmp_path / "cache"
+    base = root / f"neuronxcc-{CURRENT}"
+    cases = {"MODULE_bb+01": {"model.neff": random.Random(7).randbytes(8192), "model.done": b""},
+             "MODULE_bb+02": {"model.neff": NEFF_HEADER.pack(3, 2048, 0), "model.done": b""},
+             "MODULE_bb+03": {"model.neff": b"hello, world\n", "model.done": b""},
+             "MODULE_bb+04": {"model.neff": b"Failed compilation with [...]: boom",
+                              "model.done": b""}}
+    for module, files in cases.items():
+        (base / module).mkdir(parents=True)
+        for name, data in files.items():
+            (base / module / name).write_bytes(data)
+    scan = scan_cache(root)
+    assert {e.path.name: e.state for e in scan.entries} == {
+        "MODULE_bb+01": "done", "MODULE_bb+02": "done", "MODULE_bb+03": "unknown",
+        "MODULE_bb+04": "failed"}
+    assert [e.failure for e in scan.entries if e.path.name != "MODULE_bb+04"] == [None] * 3
+    assert "hello, world" in render_entry(scan.find(f"neuronxcc-{CURRENT}/MODULE_bb+03"))
+    assert [i.key for i in plan_remove_failed(scan).items] == [f"neuronxcc-{CURRENT}/MODULE_bb+04"]
+    pruned = plan_prune(scan, older_than_days=0)
+    assert f"neuronxcc-{CURRENT}/MODULE_bb+03" not in {i.key for i in pruned.items}
+    assert (f"neuronxcc-{CURRENT}/MODULE_bb+03", UNKNOWN_KEPT) in pruned.kept
+    old_unknown = root / f"neuronxcc-{OLD}" / "MODULE_cc+01"
+    old_unknown.mkdir(parents=True)
+    (old_unknown / "model.neff").write_bytes(b"not ours\n")
+    others = plan_remove_other_versions(scan_cache(root), keep_version=CURRENT, compilers=[])
+    assert (f"neuronxcc-{OLD}/MODULE_cc+01", UNKNOWN_KEPT) in others.kept and not others.items
 
 
 def test_entry_states_from_neff_content(tmp_path):

@@ -2,8 +2,10 @@
 
 Only regular files are ever opened (lstat first, then O_NOFOLLOW|O_NONBLOCK and fstat), and
 only a bounded part of each: a FIFO, socket or device in an entry is listed, never read.
-A failed neuronx-cc compile is stored as a `model.neff` holding the failure text instead of a
-NEFF; a real NEFF starts with a 1024-byte binary header, so the first bytes tell them apart.
+A failed neuronx-cc compile is stored as a `model.neff` holding the compiler wrapper's failure
+text instead of a NEFF. An entry is called failed only when its model.neff positively reads as
+that text (UTF-8, printable, with the wrapper's markers): `prune --failed` deletes failed
+entries, so a program whose header this scanner does not know stays a program.
 """
 from __future__ import annotations
 
@@ -19,11 +21,16 @@ from pathlib import Path, PurePosixPath
 
 from helpers.cache.units import iso_time
 
-STATES = ("done", "failed", "locked", "incomplete")
+STATES = ("done", "failed", "locked", "incomplete", "unknown")  # unknown: no cleanup removes it
 LOG_TAIL_LINES = 20
 FAILURE_MAX_BYTES = 4096  # of a failed NEFF's text, shown in `show` and the browser
 NEFF_HEADER = struct.Struct("<QQQ")  # packaging version (1 or 2), header size (1024), data size
 NEFF_HEADER_SIZE = 1024
+# What the wrapper's failure text holds (libneuronxla writes "Failed compilation with <argv>: <error>";
+# neuronx-cc's own log ends "Compiler status ERROR"; its error codes read [NCC_XXXX000]).
+FAILURE_MARKERS = (re.compile(r"\AFailed compilation with "), re.compile(r"Compiler status ERROR"),
+                   re.compile(r"\[NCC_[A-Z]{4}\d{3}\]"))
+_TEXT_CONTROLS = frozenset(b"\t\n\r")
 
 VERSION_DIR = re.compile(r"neuronxcc-(?P<version>.+)")
 LEGACY_VERSION_DIR = re.compile(r"USER_neuroncc-(?P<version>.+)")
@@ -57,8 +64,9 @@ def read_regular(path: Path, limit: int, *, tail: bool = False) -> bytes:
 
 
 def neff_kind(path: Path) -> tuple[str, str | None]:
-    """("neff", None) for a compiled program, ("failed", text) for a stored failure,
-    ("empty", None) for a zero-byte file."""
+    """("neff", None) for a compiled program (a NEFF header, or any binary: a newer NEFF version
+    is still a program), ("failed", text) for the wrapper's failure text, ("unknown", text) for
+    other text, ("empty", None) for a zero-byte file."""
     head = read_regular(path, FAILURE_MAX_BYTES)
     if not head:
         return "empty", None
@@ -66,9 +74,33 @@ def neff_kind(path: Path) -> tuple[str, str | None]:
         version, header_size, _ = NEFF_HEADER.unpack_from(head)
         if version in (1, 2) and header_size == NEFF_HEADER_SIZE:
             return "neff", None
-    if b"\0" in head[:NEFF_HEADER.size]:
-        return "neff", None  # binary we cannot name: not claimed to be a failure
-    return "failed", head.decode("utf-8", errors="replace")
+    text = _printable_text(head)
+    if text is None:
+        return "neff", None  # binary we cannot name: a program, never a failure
+    if any(marker.search(text) for marker in FAILURE_MARKERS):
+        return "failed", text
+    return "unknown", text
+
+
+def _printable_text(head: bytes) -> str | None:
+    """The bytes as text if they are UTF-8 with no control characters but tab and newlines."""
+    try:
+        # A bounded prefix may end inside a multi-byte character: drop at most 3 bytes of it.
+        text = head.decode("utf-8") if len(head) < FAILURE_MAX_BYTES else _decode_prefix(head)
+    except UnicodeDecodeError:
+        return None
+    if any(ord(c) < 32 and ord(c) not in _TEXT_CONTROLS or ord(c) == 127 for c in text):
+        return None
+    return text
+
+
+def _decode_prefix(head: bytes) -> str:
+    for cut in range(4):
+        try:
+            return head[:len(head) - cut].decode("utf-8")
+        except UnicodeDecodeError as err:
+            last = err
+    raise last
 
 
 @dataclass
@@ -94,6 +126,7 @@ class Entry:
     lock_age_s: float | None = None  # age of the youngest lock
     log_tail: str | None = None
     failure: str | None = None  # the failure text a failed compile stored in its model.neff
+    unknown_text: str | None = None  # a model.neff that is text but not a failure: shown, kept
     files: list[str] = field(default_factory=list)  # regular files only
     symlinks: list[str] = field(default_factory=list)  # listed, never followed
     special: list[str] = field(default_factory=list)  # FIFOs, sockets, devices: never opened
@@ -206,10 +239,14 @@ def scan_entry(path: Path, root: Path, layout: str, now: float | None = None) ->
         kinds.append(kind)
         if kind == "failed" and entry.failure is None:
             entry.failure = text
+        elif kind == "unknown" and entry.unknown_text is None:
+            entry.unknown_text = text
     if locks:
         entry.state = "locked"
     elif "failed" in kinds or (logs and not neffs):
         entry.state = "failed"
+    elif "unknown" in kinds:
+        entry.state = "unknown"  # text, but not the wrapper's failure: left alone
     elif "neff" in kinds and (layout == "legacy" or "model.done" in names):
         entry.state = "done"
     if logs and entry.state != "done":

@@ -3,6 +3,7 @@ every item. Nothing outside the root is touched and symlinks are never followed.
 
 Rules: failed entries, stale locks (only while no compiler runs on this host), other compiler
 versions, and least recently used entries beyond an age or a size budget (on-disk bytes).
+An entry in state "unknown" is never planned for removal: nothing here can tell what it is.
 """
 from __future__ import annotations
 
@@ -108,6 +109,9 @@ def _compilers_note(compilers) -> str:
     return f"a compiler is running ({shown}): no lock is stale while it runs"
 
 
+UNKNOWN_KEPT = "state unknown (model.neff is neither a program nor a compile failure): look at it"
+
+
 def plan_remove_failed(scan: CacheScan) -> Plan:
     """Failed entries: each blocks recompiling its graph until removed (or retried)."""
     plan = Plan("remove failed entries", scan.root)
@@ -173,6 +177,9 @@ def plan_remove_other_versions(scan: CacheScan, keep_version: str | None = None,
             continue  # not a neuronx-cc product
         if e.layout == "neuronxcc" and same_compiler_version(e.compiler_version, keep_version):
             continue
+        if e.state == "unknown":
+            plan.kept.append((e.key, UNKNOWN_KEPT))
+            continue
         if e.lock_files and not lock_is_stale(e.lock_age_s, min_lock_age_s, compilers):
             plan.kept.append((e.key, "locked by a compile that may be running"))
             continue
@@ -197,8 +204,10 @@ def plan_prune(scan: CacheScan, max_disk_bytes: int | None = None,
     plan = Plan("prune least recently used", scan.root, params=params)
     total = scan.disk_bytes
     chosen: set[str] = set()
-    candidates = sorted((e for e in scan.entries if e.state != "locked"), key=lambda e: e.last_used)
+    candidates = sorted((e for e in scan.entries if e.state not in ("locked", "unknown")),
+                        key=lambda e: e.last_used)
     plan.kept += [(e.key, "locked") for e in scan.entries if e.state == "locked"]
+    plan.kept += [(e.key, UNKNOWN_KEPT) for e in scan.entries if e.state == "unknown"]
     if older_than_days is not None:
         cutoff = scan.scanned_at - older_than_days * 86400
         for e in candidates:

@@ -74,6 +74,10 @@ def render_entry(e: Entry) -> str:
         lines.append(f"  not regular files (never read): {', '.join(e.special)}")
     if e.unreadable:
         lines.append(f"  unreadable: {'; '.join(e.unreadable)}")
+    if e.unknown_text:
+        lines += ["  model.neff is text without the compiler's failure markers: state unknown, "
+                  "kept by every cleanup:"]
+        lines += [f"    {ln}" for ln in e.unknown_text.splitlines()[:FAILURE_LINES]]
     if e.failure:
         failure = e.failure.splitlines() or [""]
         lines += ["  stored failure (the model.neff holds this text, not a program):"]

@@ -94,7 +94,8 @@ class CacheScan(SizeTotals):
                                 f"{matches[0].key!r}")
 
     def summary(self) -> str:
-        states = ", ".join(f"{s} {n}" for s, n in self.by_state().items())
+        states = ", ".join(f"{s} {n}" for s, n in self.by_state().items()
+                           if n or s != "unknown")  # "unknown" is rare: named only when present
         return (f"{len(self.entries)} entries ({states}); {human_bytes(self.size_bytes)} apparent, "
                 f"{human_bytes(self.disk_bytes)} on disk")
 

@@ -79,7 +79,7 @@ class CacheBrowser:
         self.removed_note: str | None = None
 
         self.header = W.HTML(layout=W.Layout(overflow="auto", width=FULL))
-        self.state_filter = W.SelectMultiple(options=STATES, value=STATES, rows=4,
+        self.state_filter = W.SelectMultiple(options=STATES, value=STATES, rows=len(STATES),
                                              description="State", style=LABEL,
                                              tooltip="show entries in these states")
         self.version_filter = W.Dropdown(options=[ALL], value=ALL, description="Version",
