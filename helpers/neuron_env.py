@@ -3,17 +3,16 @@
 Every check returns a CheckResult: ok or not, what it found, and the fix when it is not ok.
 helpers.checklist renders a list of them (notebook 00 ends with it).
 
-The classic Trainium surprise is here too: a NeuronCore belongs to the first process that opens
-it until that process exits, and the usual holder is the kernel of another notebook.
-`neuron_device_holders()` finds who holds /dev/neuron* by reading /proc/<pid>/fd: it sees Neuron
-devices (2 NeuronCores each on trn1), not which of a device's cores a process took.
+The classic Trainium surprise is here too: the Neuron runtime reserves its NeuronCores when a
+process starts it, until that process exits, and the usual holder is another notebook's kernel.
+helpers.core_holders finds who: processes with /dev/neuron* open, monitors (neuron-top, neuron-ls,
+neuron-monitor) left out, with the NEURON_RT_VISIBLE_CORES each started with.
 """
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -26,7 +25,8 @@ from packaging.version import InvalidVersion, Version
 
 from mnist_mlp.backend import (DEV_DIR, SUPPORTED_WORKER_COUNTS, Backend, instance_type,
                              visible_neuron_cores)
-from helpers.procfs import process_cmdline
+from helpers.core_holders import (JUPYTER_KERNEL, NEURON_DEVICE, DeviceHolder,  # noqa: F401
+                                  HolderScan, neuron_device_holders)
 from mnist_mlp.paths import REPO_ROOT, repo_relative as shown_path
 
 PROC_DIR = Path("/proc")
@@ -51,9 +51,6 @@ START_FROM = ("start from Ubuntu 24.04: the Neuron 2.31 'Deep Learning AMI Neuro
 # `torchrun` and `neuron_parallel_compile`. In the venv's bin/, found only when it is on PATH.
 VENV_TOOLS = ("neuronx-cc", "neuron_parallel_compile", "torchrun")
 NEEDED_BY_NAME = ("neuronx-cc",)  # run by this very process (the kernel) when it compiles
-NEURON_DEVICE = re.compile(r"neuron\d+")
-# How a Jupyter kernel's command line looks (JupyterLab, Notebook, VS Code all start this module).
-JUPYTER_KERNEL = re.compile(r"ipykernel_launcher|ipykernel\b|\bkernel-[\w-]+\.json")
 
 
 class CheckResult(NamedTuple):
@@ -66,82 +63,15 @@ class CheckResult(NamedTuple):
 # ---------------------------------------------------------------- who holds the NeuronCores
 
 
-@dataclass(frozen=True)
-class DeviceHolder:
-    pid: int
-    cmdline: str
-    devices: tuple[str, ...]  # e.g. ("/dev/neuron0",)
-    is_jupyter_kernel: bool
-    is_this_process: bool
-
-    def describe(self) -> str:
-        what = "a Jupyter kernel" if self.is_jupyter_kernel else "a process"
-        if self.is_this_process:
-            what = "this notebook's own kernel" if self.is_jupyter_kernel else "this process"
-        # A device, not a core: which of its NeuronCores the process took is not visible here.
-        return f"pid {self.pid}, {what}, holds {', '.join(self.devices)}: {self.cmdline}"
-
-
-@dataclass(frozen=True)
-class HolderScan:
-    holders: list[DeviceHolder]
-    unreadable_pids: list[int]  # processes whose open files we may not read (another user's)
-
-    @property
-    def others(self) -> list[DeviceHolder]:
-        return [h for h in self.holders if not h.is_this_process]
-
-
-def _cmdline(proc_dir: Path) -> str:
-    return " ".join(process_cmdline(proc_dir) or []) or "?"
-
-
-def neuron_device_holders(proc_root: Path = PROC_DIR, dev_root: Path = DEV_DIR,
-                          self_pid: int | None = None) -> HolderScan:
-    """Every process with a /dev/neuron<N> open: its pid, command line, and which devices.
-
-    Reads <proc_root>/<pid>/fd/* links. Processes of other users cannot be read without
-    root: they are counted in unreadable_pids (then `sudo neuron-ls` shows them all).
-    """
-    self_pid = os.getpid() if self_pid is None else self_pid
-    dev_root = os.path.normpath(os.fspath(dev_root))
-    holders, unreadable = [], []
-    try:
-        pid_dirs = [p for p in Path(proc_root).iterdir() if p.name.isdigit()]
-    except OSError:
-        return HolderScan([], [])  # no /proc (not Linux): nothing to report
-    for proc_dir in sorted(pid_dirs, key=lambda p: int(p.name)):
-        pid = int(proc_dir.name)
-        try:
-            fds = list(os.scandir(proc_dir / "fd"))
-        except PermissionError:
-            unreadable.append(pid)
-            continue
-        except OSError:
-            continue  # exited while we looked
-        devices = set()
-        for fd in fds:
-            try:
-                target = os.readlink(fd.path)
-            except OSError:
-                continue
-            head, name = os.path.split(target)
-            if os.path.normpath(head) == dev_root and NEURON_DEVICE.fullmatch(name):
-                devices.add(f"/dev/{name}")
-        if devices:
-            cmdline = _cmdline(proc_dir)
-            holders.append(DeviceHolder(pid, cmdline, tuple(sorted(devices)),
-                                        bool(JUPYTER_KERNEL.search(cmdline)), pid == self_pid))
-    return HolderScan(holders, unreadable)
-
-
 FREE_CORES_FIX = (
     "A NeuronCore belongs to the process that opened it until that process exits. "
     "If it is another notebook's kernel: in JupyterLab open 'Running Terminals and Kernels' "
     "(left sidebar) and shut that kernel down, or `kill <pid>`. To run two programs at once, "
     "give each its own cores before torch_xla starts, e.g. NEURON_RT_VISIBLE_CORES=0 for one "
-    "and NEURON_RT_VISIBLE_CORES=1 for the other (then both hold /dev/neuron0 and this check, "
-    "which sees devices, not cores, stays red: `neuron-top` shows each core's use).")
+    "and NEURON_RT_VISIBLE_CORES=1 for the other. A busy core fails at start-up with the "
+    "runtime's 'NeuronCore(s) not available - Requested:… Available:0' (trn1) or 'Logical "
+    "Neuron Core(s) not available' (trn2). Monitors (neuron-top, neuron-ls, neuron-monitor) "
+    "hold no core and are not counted.")
 
 
 SELF_HOLDS_FIX = (
@@ -152,19 +82,23 @@ SELF_HOLDS_FIX = (
 
 def check_neuron_cores_free(proc_root: Path = PROC_DIR, dev_root: Path = DEV_DIR,
                             self_pid: int | None = None, *, allow_self: bool = True) -> CheckResult:
-    """No other process holds a /dev/neuron* device. allow_self=False: nor this one (before
-    launching workers that need every core)."""
+    """No other process holds NeuronCores (monitors such as neuron-top do not count).
+    allow_self=False: nor this one (before launching workers that need every core)."""
     scan = neuron_device_holders(proc_root, dev_root, self_pid)
     item = "NeuronCores free"
     if scan.others:
         listing = "; ".join(h.describe() for h in scan.others)
-        return CheckResult(item, False, f"a Neuron device is held by another process: {listing}",
+        return CheckResult(item, False, f"NeuronCores are held by another process: {listing}",
                            FREE_CORES_FIX)
-    if not allow_self and scan.holders:
-        return CheckResult(item, False, f"held by {scan.holders[0].describe()}", SELF_HOLDS_FIX)
-    found = "no other process holds a Neuron device"
-    if any(h.is_this_process for h in scan.holders):
+    if not allow_self and scan.core_holders:
+        return CheckResult(item, False, f"held by {scan.core_holders[0].describe()}",
+                           SELF_HOLDS_FIX)
+    found = "no other process holds NeuronCores"
+    if any(h.is_this_process for h in scan.core_holders):
         found += " (this process has them open itself)"
+    if scan.monitors:
+        found += "; monitors reading the device, holding no core: " + ", ".join(
+            f"pid {h.pid} {h.cmdline.split()[0].rsplit('/', 1)[-1]}" for h in scan.monitors)
     if not any(NEURON_DEVICE.fullmatch(p.name) for p in _safe_iterdir(Path(dev_root))):
         found += " (there are no Neuron devices on this machine)"
     elif scan.unreadable_pids:

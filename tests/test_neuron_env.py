@@ -20,11 +20,15 @@ KERNEL_CMDLINE = ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f",
                   "/root/.local/share/jupyter/runtime/kernel-1a2b3c.json"]
 
 
-def fake_process(proc: Path, pid: int, cmdline: list[str], fd_targets: dict[int, Path]) -> None:
-    """<proc>/<pid>/cmdline and fd/<n> -> target links, as the kernel lays them out."""
+def fake_process(proc: Path, pid: int, cmdline: list[str], fd_targets: dict[int, Path],
+                 environ: dict[str, str] | None = None) -> None:
+    """<proc>/<pid>/cmdline, environ and fd/<n> -> target links, as the kernel lays them out."""
     fd_dir = proc / str(pid) / "fd"
     fd_dir.mkdir(parents=True)
     (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in cmdline) + b"\0")
+    if environ is not None:
+        (proc / str(pid) / "environ").write_bytes(
+            b"".join(f"{k}={v}".encode() + b"\0" for k, v in environ.items()))
     for fd, target in fd_targets.items():
         (fd_dir / str(fd)).symlink_to(target)
 
@@ -41,7 +45,8 @@ def machine(tmp_path):
     (tmp_path / "elsewhere" / "neuron0").touch()
     fake_process(proc, 100, KERNEL_CMDLINE,
                  {0: dev / "null", 5: dev / "neuron0", 6: dev / "neuron1", 7: dev / "neuron0"})
-    fake_process(proc, 200, ["python", "train.py"], {3: dev / "neuron1"})
+    fake_process(proc, 200, ["python", "train.py"], {3: dev / "neuron1"},
+                 {"PATH": "/usr/bin", "NEURON_RT_VISIBLE_CORES": "1"})
     fake_process(proc, 300, ["cat"], {1: dev / "neuron_fake", 2: tmp_path / "elsewhere" / "neuron0"})
     (proc / "400").mkdir()  # a process that exited while we looked: no fd/ any more
     (proc / "self").symlink_to(proc / "200")
@@ -55,8 +60,11 @@ def test_holders_found_with_pid_cmdline_devices_and_kernel_flag(machine):
         DeviceHolder(100, " ".join(KERNEL_CMDLINE), ("/dev/neuron0", "/dev/neuron1"),
                      is_jupyter_kernel=True, is_this_process=False),
         DeviceHolder(200, "python train.py", ("/dev/neuron1",),
-                     is_jupyter_kernel=False, is_this_process=True),
+                     is_jupyter_kernel=False, is_this_process=True,
+                     core_env=(("NEURON_RT_VISIBLE_CORES", "1"),)),
     ]
+    assert scan.holders[1].cores == "NEURON_RT_VISIBLE_CORES=1"
+    assert "cores: unknown" in scan.holders[0].describe()  # no environ readable
     assert [h.pid for h in scan.others] == [100]
     assert "Jupyter kernel" in scan.others[0].describe()
 
@@ -66,11 +74,32 @@ def test_cores_held_by_another_kernel_is_red_with_the_fix(machine):
     result = check_neuron_cores_free(proc, dev, self_pid=200)
     assert not result.ok
     assert "pid 100, a Jupyter kernel" in result.message
-    assert result.message.startswith("a Neuron device is held by another process")
+    assert result.message.startswith("NeuronCores are held by another process")
     assert "ipykernel_launcher" in result.message
     assert result.fix == FREE_CORES_FIX
     assert "NEURON_RT_VISIBLE_CORES" in result.fix and "shut that kernel down" in result.fix
-    assert "sees devices, not cores" in result.fix
+    assert "NeuronCore(s) not available - Requested:" in result.fix
+
+
+def test_monitors_hold_no_core(tmp_path):
+    """Issue 16.2: neuron-top, neuron-monitor and neuron-ls open the device (neuron-ls
+    --show-all-procs lists them, runtime version NA) but reserve no NeuronCore."""
+    dev, proc = tmp_path / "dev", tmp_path / "proc"
+    dev.mkdir()
+    (dev / "neuron0").touch()
+    fake_process(proc, 10, ["/opt/aws/neuron/bin/neuron-monitor", "-c", "m.json"], {3: dev / "neuron0"})
+    fake_process(proc, 11, ["neuron-top"], {3: dev / "neuron0"})
+    fake_process(proc, 12, ["/opt/aws/neuron/bin/neuron-ls", "--show-all-procs"], {4: dev / "neuron0"})
+    fake_process(proc, 13, ["python3", "/usr/local/bin/neuron-profile", "view"], {4: dev / "neuron0"})
+    fake_process(proc, 20, ["python", "my-neuron-top-clone.py"], {3: dev / "neuron0"}, {})
+    scan = neuron_device_holders(proc, dev, self_pid=1)
+    assert [h.pid for h in scan.monitors] == [10, 11, 12, 13]
+    assert [h.pid for h in scan.others] == [20]
+    assert "not pinned" in scan.others[0].cores  # environ readable, no core variable
+    (proc / "20" / "fd" / "3").unlink()  # only the monitors are left
+    result = check_neuron_cores_free(proc, dev, self_pid=1, allow_self=False)
+    assert result.ok, result
+    assert "pid 10 neuron-monitor" in result.message and "pid 11 neuron-top" in result.message
 
 
 def test_cores_held_only_by_this_process_is_green(machine):
@@ -84,6 +113,7 @@ def test_cores_held_only_by_this_process_is_green(machine):
     result = check_neuron_cores_free(proc, dev, self_pid=200, allow_self=False)
     assert not result.ok
     assert "pid 200, this process" in result.message and "restart the kernel" in result.fix
+    assert "cores: NEURON_RT_VISIBLE_CORES=1" in result.message  # which core it holds
 
 
 def test_holders_in_the_real_proc(tmp_path):
