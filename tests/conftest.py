@@ -61,3 +61,58 @@ def immutable():
     yield mark
     for path in reversed(marked):
         subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+# ---- the test session's shape (make test): notebooks in one xdist group, one-line reports
+
+# Tests that drive or read the one execution of the notebooks run on one xdist worker, in
+# collection order (`-n 2 --dist loadgroup`): the browser tests first, then the output comparison.
+NOTEBOOK_FIXTURES = {"lab", "chromium", "notebook_runs", "executed_notebooks"}
+NOTEBOOK_GROUP = "notebooks"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if NOTEBOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group(NOTEBOOK_GROUP))
+
+
+def pytest_report_header(config):
+    from tests.browser.find_browser import find_chromium, in_ci
+    from tests.browser.lab_server import browser_problem
+    from tests.notebook_outputs import MODE_VARIABLE, outputs_mode
+
+    problem = browser_problem()
+    if problem is None:
+        browser = f"browser test: {find_chromium()}"
+    elif in_ci():
+        browser = f"browser test: FAILS under CI=true: {problem}"
+    else:
+        browser = f"browser test: SKIPPED, notebooks executed by nbclient instead: {problem}"
+    return [browser, f"notebook outputs: {outputs_mode()} mode ({MODE_VARIABLE} forces "
+                     f"stand-in or neuron)"]
+
+
+_notebook_outcomes: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _notebook_outcomes.extend(v for k, v in report.user_properties if k == "notebook_output")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _notebook_outcomes:
+        return
+    from collections import Counter
+
+    from tests.notebook_outputs import outputs_mode
+
+    counts = Counter(_notebook_outcomes)
+    compared = counts.pop("compared", 0)
+    terminalreporter.write_sep("-", f"notebook outputs ({outputs_mode()} mode)")
+    terminalreporter.write_line(f"{compared} code cells compared with the committed outputs, "
+                                f"{sum(counts.values())} not compared:")
+    for why, n in sorted(counts.items()):
+        terminalreporter.write_line(f"  {n:4d}  {why}")

@@ -1,20 +1,28 @@
 """Fixtures of the browser test: one JupyterLab over a copy of the notebooks, one headless
-Chromium, and each notebook run once (in order: later notebooks read what earlier ones wrote)."""
+Chromium, and each notebook run once (in order: later notebooks read what earlier ones wrote).
+
+That run is the test session's only execution of each notebook: `executed_notebooks` hands the
+saved result to the output comparison (test_notebook_outputs.py). Where no browser is found
+outside CI, nbclient executes them instead, once, and the browser tests are skipped."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.browser.find_browser import find_chromium, in_ci, profile_parent
 from tests.browser.lab_page import NotebookRun, run_notebook
-from tests.browser.lab_server import CHROMIUM, CHROMIUM_ARGS, LabServer, browser_problem, make_workspace
+from tests.browser.lab_server import CHROMIUM_ARGS, LabServer, browser_problem, make_workspace
 from tests.conftest import REPO_ROOT
 
 NOTEBOOK_TIMEOUT_S = float(os.environ.get("BROWSER_TEST_NOTEBOOK_TIMEOUT", "900"))
 SCREENSHOTS = REPO_ROOT / "build" / "screenshots"
+EXECUTED = REPO_ROOT / "build" / "executed"  # each run's executed notebooks (CI keeps them)
 VIEWPORT = {"width": 1280, "height": 1000}
 
 
@@ -24,10 +32,13 @@ def workbook_notebooks(directory: Path) -> list[Path]:
 
 @pytest.fixture(scope="session")
 def browser_ready():
-    """Fails, loudly, where the browser or its driver is missing: never a silent skip."""
+    """Skips where the browser or its driver is missing (the session header said so in one
+    line); under CI=true fails instead: CI must never pass without the browser test."""
     problem = browser_problem()
+    if problem and in_ci():
+        pytest.fail(f"the browser test cannot run (CI=true): {problem}", pytrace=False)
     if problem:
-        pytest.fail(f"the browser test cannot run: {problem}", pytrace=False)
+        pytest.skip(f"browser test skipped: {problem}")
 
 
 @pytest.fixture(scope="session")
@@ -35,13 +46,18 @@ def lab_notebooks(tmp_path_factory) -> Path:
     return make_workspace(REPO_ROOT, tmp_path_factory.mktemp("lab") / "workbook")
 
 
-@pytest.fixture(scope="session")
-def lab(browser_ready, lab_notebooks, tmp_path_factory):
-    # Kernels see what a learner's would: no PJRT_DEVICE preset by the test session; their
-    # checkpoints and results go to the copy, not the repo.
+def kernel_env(lab_notebooks: Path) -> dict[str, str]:
+    """Kernels see what a learner's would: no PJRT_DEVICE preset by the test session; their
+    checkpoints and results go to the copy, not the repo."""
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     env["CHECKPOINT_DIR"] = str(lab_notebooks.parent / "checkpoints")
-    server = LabServer(lab_notebooks, tmp_path_factory.mktemp("lab-state"), env=env).start()
+    return env
+
+
+@pytest.fixture(scope="session")
+def lab(browser_ready, lab_notebooks, tmp_path_factory):
+    server = LabServer(lab_notebooks, tmp_path_factory.mktemp("lab-state"),
+                       env=kernel_env(lab_notebooks)).start()
     yield server
     server.stop()
 
@@ -50,12 +66,20 @@ def lab(browser_ready, lab_notebooks, tmp_path_factory):
 def chromium(browser_ready, tmp_path_factory):
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM),
-            headless=True, args=CHROMIUM_ARGS, viewport=VIEWPORT)
-        yield context
-        context.close()
+    chromium = find_chromium()
+    # A snap's Chromium cannot see /tmp: its profile goes where the snap may write.
+    parent = profile_parent(chromium, tmp_path_factory.getbasetemp())
+    parent.mkdir(parents=True, exist_ok=True)
+    profile = Path(tempfile.mkdtemp(prefix="chromium-profile-", dir=parent))
+    try:
+        with sync_playwright() as playwright:
+            context = playwright.chromium.launch_persistent_context(
+                str(profile), executable_path=str(chromium),
+                headless=True, args=CHROMIUM_ARGS, viewport=VIEWPORT)
+            yield context
+            context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def shut_down_kernel(server, notebook_name: str) -> None:
@@ -67,6 +91,17 @@ def shut_down_kernel(server, notebook_name: str) -> None:
             request = urllib.request.Request(server.url(f"api/sessions/{session['id']}"),
                                              method="DELETE")
             urllib.request.urlopen(request, timeout=30).close()
+
+
+def keep_executed(saved: Path) -> Path:
+    """A copy of the notebook as the run saved it, before widget clicks or autosave change it;
+    and another in build/executed/ for a person (or CI's artifacts) to open."""
+    kept = saved.parent.parent / "executed" / saved.name
+    kept.parent.mkdir(exist_ok=True)
+    shutil.copyfile(saved, kept)
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(saved, EXECUTED / saved.name)
+    return kept
 
 
 class NotebookRuns:
@@ -89,6 +124,7 @@ class NotebookRuns:
             if path.name not in self.runs:
                 page = self.context.new_page()
                 run = run_notebook(page, self.server, path, NOTEBOOK_TIMEOUT_S)
+                run.executed = keep_executed(path)
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SCREENSHOTS / f"{path.stem}.png"))
                 self.runs[path.name] = run
@@ -117,3 +153,40 @@ def notebook_runs(lab, chromium, lab_notebooks):
     yield runs
     for name in list(runs.kept_open):
         runs.release(name)
+
+
+class KernelRuns:
+    """Where no browser is found (outside CI): each notebook executed once by nbclient in the same
+    copy, with the same kernel environment, and saved as the browser run would save it."""
+
+    def __init__(self, notebooks: list[Path]):
+        self.notebooks = notebooks
+        self.executed: dict[str, Path] = {}
+
+    def get(self, name: str) -> Path:
+        import nbclient
+        import nbformat
+
+        names = [p.name for p in self.notebooks]
+        assert name in names, f"{name} is not among {names}"
+        for path in self.notebooks[:names.index(name) + 1]:
+            if path.name in self.executed:
+                continue
+            nb = nbformat.read(path, as_version=4)
+            client = nbclient.NotebookClient(
+                nb, timeout=NOTEBOOK_TIMEOUT_S, kernel_name="python3", allow_errors=True,
+                resources={"metadata": {"path": str(path.parent)}})
+            client.execute(env=kernel_env(path.parent))
+            nbformat.write(nb, path)
+            self.executed[path.name] = keep_executed(path)
+        return self.executed[name]
+
+
+@pytest.fixture(scope="session")
+def executed_notebooks(request, lab_notebooks):
+    """name -> the path of that notebook as this session's one execution saved it."""
+    if browser_problem() is None or in_ci():
+        runs = request.getfixturevalue("notebook_runs")
+        return lambda name: runs.get(name).executed
+    runs = KernelRuns(workbook_notebooks(lab_notebooks))
+    return runs.get

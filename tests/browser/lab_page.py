@@ -24,6 +24,7 @@ class NotebookRun:
     console_errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+    executed: Path | None = None  # a copy of the notebook as this run saved it
 
 
 def watch_console(page, sink: list[str]) -> None:

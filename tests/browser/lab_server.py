@@ -16,14 +16,12 @@ import urllib.request
 from pathlib import Path
 
 from helpers.processes import free_port, stop_process_tree
+from tests.browser.find_browser import HOW_TO_GET_ONE, find_chromium, looked_at
 
-CHROMIUM = Path(os.environ.get("BROWSER_TEST_CHROMIUM", "/usr/bin/chromium"))
 # Flags that work headless as root in a container (no sandbox, no GPU, nothing phoning home).
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage"]
-INSTALL_HINT = ("install it with `make browser` (as root: apt-get install -y chromium, and "
-                "playwright from requirements.txt)")
 
 # JupyterLab settings for the test's own settings dir: render every cell (so the whole notebook
 # is in the page to inspect) and fetch no news or updates (no network here).
@@ -34,14 +32,14 @@ LAB_SETTINGS = {
 }
 
 
-def browser_problem(chromium: Path = CHROMIUM) -> str | None:
+def browser_problem(environ=None) -> str | None:
     """Why the browser test cannot run here, or None when Chromium and Playwright are present."""
-    if not chromium.is_file():
-        return f"no Chromium at {chromium}: {INSTALL_HINT}"
+    if find_chromium(environ) is None:
+        return f"no Chromium found (looked at {looked_at(environ)}): {HOW_TO_GET_ONE}"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError as err:
-        return f"the Playwright library is missing ({err}): {INSTALL_HINT}"
+        return f"the Playwright library is missing ({err}): `make venv` installs it"
     return None
 
 

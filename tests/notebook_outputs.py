@@ -1,0 +1,140 @@
+"""Committed notebook outputs against this run's single execution, with nbval's own comparison.
+
+Each notebook is executed once per test run (in JupyterLab by the browser test, or by nbclient
+where no browser is found outside CI) and saved; each code cell's saved outputs are then compared
+with the committed ones by nbval's IPyNbCell.compare_outputs: the same sanitizer file
+(tests/nbval_sanitize.cfg), stream coalescing and comment markers (NBVAL_IGNORE_OUTPUT,
+NBVAL_SKIP, NBVAL_RAISES_EXCEPTION, NBVAL_CHECK_OUTPUT; and nbval's cell tags).
+
+Marker `# BACKEND_OUTPUT: <why>` on its own comment line: the cell's output depends on the backend
+(graph counts, cache layout, core counts...). The committed outputs come from the CPU stand-in, so
+in the Neuron mode such a cell's output is not compared (its asserts, which take their expected
+values from helpers/expected.py, still ran); every other cell is. The mode is `neuron` on a host
+with NeuronCores (/dev/neuron0) and `stand-in` elsewhere; WORKBOOK_BACKEND_OUTPUTS=neuron|stand-in
+forces it. Every run reports how many cells were compared and why the others were not.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+from nbval.plugin import (IPyNbCell, bcolors, coalesce_streams, find_comment_markers,
+                          find_metadata_tags, get_sanitize_patterns, nocolors)
+
+BACKEND_MARKER = "BACKEND_OUTPUT"
+BACKEND_MARKER_LINE = re.compile(rf"^\s*#\s*{BACKEND_MARKER}\s*:\s*(\S.*)$", re.MULTILINE)
+MODES = ("stand-in", "neuron")
+MODE_VARIABLE = "WORKBOOK_BACKEND_OUTPUTS"
+# nbval skips these when comparing; images too, unless --nbdime (never used here).
+SKIP_COMPARE = ('metadata', 'traceback', 'prompt_number', 'output_type', 'name', 'execution_count',
+                'application/vnd.jupyter.widget-view+json', 'image/png', 'image/jpeg')
+
+
+def outputs_mode(environ=None, neuron_device: Path = Path("/dev/neuron0")) -> str:
+    """`neuron` or `stand-in`: forced by WORKBOOK_BACKEND_OUTPUTS, else by the device node."""
+    environ = os.environ if environ is None else environ
+    forced = environ.get(MODE_VARIABLE, "").strip()
+    if forced:
+        if forced not in MODES:
+            raise ValueError(f"{MODE_VARIABLE}={forced!r}: use one of {', '.join(MODES)} "
+                             f"(or unset it to decide by /dev/neuron0)")
+        return forced
+    return "neuron" if neuron_device.exists() else "stand-in"
+
+
+def read_sanitizer(path: Path) -> list[tuple[str, str]]:
+    return get_sanitize_patterns(path.read_text())
+
+
+def sanitize(text, patterns) -> object:
+    if not isinstance(text, str):
+        return text
+    for regex, replace in patterns:
+        text = re.sub(regex, replace, text)
+    return text
+
+
+@dataclass
+class CellOptions:
+    check: bool  # compare the outputs
+    skip: bool  # NBVAL_SKIP: nbval would not run it; its outputs are not compared
+    raises: bool  # NBVAL_RAISES_EXCEPTION: an error output is expected
+    backend_reason: str | None  # the BACKEND_OUTPUT marker's reason, if marked
+
+
+def cell_options(cell) -> CellOptions:
+    """nbval's markers (comments win over tags, as in nbval) and ours."""
+    options = dict(find_metadata_tags(cell.get("metadata", {})))
+    options.update(dict(find_comment_markers(cell.source)))
+    marked = BACKEND_MARKER_LINE.search(cell.source)
+    return CellOptions(check=options.get("check", True), skip=options.get("skip", False),
+                       raises=options.get("check_exception", False),
+                       backend_reason=marked.group(1).strip() if marked else None)
+
+
+def code_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+class OutputMismatch(AssertionError):
+    pass
+
+
+def _nbval_comparer(patterns, config=None):
+    """An object with what IPyNbCell.compare_outputs reads from its cell item."""
+    parent = SimpleNamespace(skip_compare=SKIP_COMPARE, sanitize_patterns=dict(patterns))
+    comparer = SimpleNamespace(parent=parent, colors=nocolors if config is None else bcolors,
+                               comparison_traceback=[], config=config)
+    comparer.sanitize = lambda s: IPyNbCell.sanitize(comparer, s)
+    comparer.format_output_compare = (
+        lambda key, left, right: IPyNbCell.format_output_compare(comparer, key, left, right))
+    comparer.ihook = SimpleNamespace(pytest_assertrepr_compare=lambda **kw: [
+        _assertrepr(config, kw["left"], kw["right"])])
+    return comparer
+
+
+def _assertrepr(config, left, right) -> list[str]:
+    import difflib
+
+    if isinstance(left, str) and isinstance(right, str):
+        return ["committed != this run",
+                *(line.rstrip("\n") for line in difflib.ndiff(left.splitlines(), right.splitlines()))]
+    return [f"{left!r} != {right!r}"]
+
+
+def compare_cell(committed, executed, patterns, mode: str = "stand-in") -> str:
+    """Compare one code cell; return what was done ("compared" or "not compared: <why>").
+
+    Raises OutputMismatch with nbval's diff when the outputs differ, or when the cell raised in
+    this run without NBVAL_RAISES_EXCEPTION."""
+    if committed.source != executed.source:
+        raise OutputMismatch("the executed cell's source differs from the committed one: "
+                             "the notebook changed during the run")
+    options = cell_options(committed)
+    errors = [o for o in executed.get("outputs", []) if o.output_type == "error"]
+    if errors and not options.raises:
+        raise OutputMismatch(f"the cell raised {errors[0].ename}: {errors[0].evalue}")
+    if options.skip:
+        return "not compared: NBVAL_SKIP"
+    if not options.check:
+        return "not compared: NBVAL_IGNORE_OUTPUT"
+    if committed.execution_count is None:
+        return "not compared: never executed in the committed notebook"
+    if mode == "neuron" and options.backend_reason:
+        return f"not compared: {BACKEND_MARKER} ({options.backend_reason})"
+    comparer = _nbval_comparer(patterns)
+    test = coalesce_streams(copy.deepcopy(list(executed.get("outputs", []))))
+    ref = coalesce_streams(copy.deepcopy(list(committed.get("outputs", []))))
+    if not IPyNbCell.compare_outputs(comparer, test, ref):
+        raise OutputMismatch("outputs differ from the committed notebook (after "
+                             "tests/nbval_sanitize.cfg):\n" + "\n".join(comparer.comparison_traceback))
+    return "compared"
+
+
+def read_notebook(path: Path):
+    return nbformat.read(str(path), as_version=4)

@@ -1,0 +1,144 @@
+"""The notebook output comparison (tests/notebook_outputs.py) and the scan for machine-dependent
+values (tests/machine_values.py): each shown to catch what it is for, then run on the committed
+notebooks. No notebook is executed here (make test-quick runs these)."""
+from __future__ import annotations
+
+import copy
+
+import nbformat
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.machine_values import find_varying, fixed_text
+from tests.notebook_outputs import (OutputMismatch, code_cells, compare_cell, outputs_mode,
+                                    read_notebook, read_sanitizer)
+
+SANITIZER = read_sanitizer(REPO_ROOT / "tests" / "nbval_sanitize.cfg")
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+new_code_cell, new_output = nbformat.v4.new_code_cell, nbformat.v4.new_output
+
+
+def cell(source, *outputs, count=1):
+    c = new_code_cell(source, outputs=list(outputs))
+    c.execution_count = count
+    return c
+
+
+def stdout(text):
+    return new_output("stream", name="stdout", text=text)
+
+
+def test_the_same_outputs_compare_equal_and_a_changed_one_is_caught():
+    committed = cell("print(x)", stdout("accuracy 0.97 on 10000 images\n"))
+    assert compare_cell(committed, copy.deepcopy(committed), SANITIZER) == "compared"
+    run = cell("print(x)", stdout("accuracy 0.97 on 9999 images\n"))
+    with pytest.raises(OutputMismatch, match="9999"):
+        compare_cell(committed, run, SANITIZER)
+
+
+def test_a_real_committed_cell_with_one_changed_character_fails():
+    # The notebooks' own outputs, one digit changed in an output no sanitizer touches.
+    nb = read_notebook(REPO_ROOT / "notebooks" / "01_cpu_training.ipynb")
+    for original in code_cells(nb):
+        texts = [o for o in original.outputs if o.output_type == "stream"]
+        if texts and "784" in texts[0].text:
+            break
+    else:
+        pytest.fail("no committed stdout in notebook 01 mentions 784 (the model's input size)")
+    assert compare_cell(original, copy.deepcopy(original), SANITIZER) == "compared"
+    changed = copy.deepcopy(original)
+    first = next(o for o in changed.outputs if o.output_type == "stream")
+    first.text = first.text.replace("784", "785", 1)
+    with pytest.raises(OutputMismatch, match="785"):
+        compare_cell(changed, original, SANITIZER)
+
+
+def test_what_varies_by_run_is_sanitized_not_failed():
+    committed = cell("train()", stdout("Final loss is 0.1234\nTrain throughput (iter/sec): 812.3\n"))
+    run = cell("train()", stdout("Final loss is 0.0987\nTrain throughput (iter/sec): 640.0\n"))
+    assert compare_cell(committed, run, SANITIZER) == "compared"
+
+
+def test_forms_a_saved_notebook_may_take_compare_equal():
+    # JupyterLab and nbclient save streams split differently, other execution counts and widget
+    # model ids; none of that is an output change.
+    widget = {"application/vnd.jupyter.widget-view+json": {"model_id": "a" * 32, "version_major": 2,
+                                                           "version_minor": 0},
+              "text/plain": "CacheBrowser: 12 entries"}
+    committed = cell("b", stdout("one\ntwo\n"),
+                     new_output("execute_result", data=widget, execution_count=7))
+    other = copy.deepcopy(widget)
+    other["application/vnd.jupyter.widget-view+json"]["model_id"] = "b" * 32
+    run = cell("b", stdout("one\n"), stdout("two\n"),
+               new_output("execute_result", data=other, execution_count=3), count=3)
+    assert compare_cell(committed, run, SANITIZER) == "compared"
+
+
+def test_markers_decide_what_is_compared():
+    ignored = cell("# NBVAL_IGNORE_OUTPUT\nprint(t)", stdout("12:00\n"))
+    assert compare_cell(ignored, cell(ignored.source, stdout("13:00\n")), SANITIZER) == (
+        "not compared: NBVAL_IGNORE_OUTPUT")
+    backend = cell("# BACKEND_OUTPUT: graphs compiled per run\nprint(n)", stdout("1 graph\n"))
+    on_neuron = cell(backend.source, stdout("2 graphs\n"))
+    with pytest.raises(OutputMismatch):
+        compare_cell(backend, on_neuron, SANITIZER, mode="stand-in")
+    assert compare_cell(backend, on_neuron, SANITIZER, mode="neuron") == (
+        "not compared: BACKEND_OUTPUT (graphs compiled per run)")
+
+
+def test_a_cell_that_raised_fails_even_when_its_output_is_not_compared():
+    error = new_output("error", ename="AssertionError", evalue="graphs_compiled == 2", traceback=[])
+    for source in ("# NBVAL_IGNORE_OUTPUT\nx", "# BACKEND_OUTPUT: counts\nx"):
+        with pytest.raises(OutputMismatch, match="raised AssertionError"):
+            compare_cell(cell(source), cell(source, error), SANITIZER, mode="neuron")
+    expected = cell("# NBVAL_RAISES_EXCEPTION\nx", error)
+    assert compare_cell(expected, copy.deepcopy(expected), SANITIZER) == "compared"
+
+
+def test_the_mode_follows_the_device_node_unless_forced(tmp_path):
+    device = tmp_path / "neuron0"
+    assert outputs_mode({}, neuron_device=device) == "stand-in"
+    device.touch()
+    assert outputs_mode({}, neuron_device=device) == "neuron"
+    assert outputs_mode({"WORKBOOK_BACKEND_OUTPUTS": "stand-in"}, neuron_device=device) == "stand-in"
+    assert outputs_mode({"WORKBOOK_BACKEND_OUTPUTS": "neuron"}, neuron_device=tmp_path / "x") == "neuron"
+    with pytest.raises(ValueError, match="WORKBOOK_BACKEND_OUTPUTS='trn1': use one of stand-in, neuron"):
+        outputs_mode({"WORKBOOK_BACKEND_OUTPUTS": "trn1"})
+
+
+# ---- values that differ between machines (issue: a graph hash committed from another CPU)
+
+def notebook_with(*outputs, source="print(result)"):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [cell(source, *outputs)]
+    return nb
+
+
+def test_the_scan_catches_a_raw_hash_a_tmp_path_and_the_other_kinds():
+    text = ("graph 6d05d052b1e4c2a7f7e0a3d9c1b2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0\n"
+            "saved to /tmp/tmpk2j4l9x1/model.pt\n"
+            "listening on 127.0.0.1:41235, ip-10-0-12-34, started at 16:20:05\n")
+    found = {f.kind for f in find_varying(notebook_with(stdout(text)), SANITIZER, hostname="")}
+    assert {"hash", "absolute path", "temp name", "port", "hostname", "timestamp"} <= found
+
+
+def test_the_scan_leaves_what_a_sanitizer_covers_ignored_cells_and_the_codes_own_values():
+    covered = stdout("pid 4242 at 0x7f3a2c1d9e80 took 3.2 s\n")
+    assert find_varying(notebook_with(covered), SANITIZER, hostname="") == []
+    raw = stdout("hash 6d05d052b1e4c2a7f7e0a3d9c1b2e3f4\n")
+    assert find_varying(notebook_with(raw, source="# NBVAL_IGNORE_OUTPUT\nx"), SANITIZER,
+                        hostname="") == []
+    assert find_varying(notebook_with(raw), SANITIZER, hostname="",
+                        fixed="DEMO = '6d05d052b1e4c2a7f7e0a3d9c1b2e3f4'") == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_outputs_hold_nothing_that_varies_between_machines(path):
+    found = find_varying(read_notebook(path), SANITIZER, path.name, fixed=FIXED)
+    assert not found, (
+        "committed outputs hold values that differ between machines; print what the lesson "
+        "needs instead, add a narrow section to tests/nbval_sanitize.cfg, or mark the cell "
+        "# NBVAL_IGNORE_OUTPUT:\n" + "\n".join(str(f)[:300] for f in found[:20]))
+
+
+FIXED = fixed_text(REPO_ROOT)
