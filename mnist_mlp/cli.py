@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mnist_mlp import checkpoint
 from mnist_mlp.data import make_loader
+from mnist_mlp.observe import PROFILE_START_STEP
 from mnist_mlp.download import MnistDataError, default_data_dir, ensure_mnist, resolve_data_dir
 from mnist_mlp.paths import default_checkpoint_dir
 from mnist_mlp.tracking import TrainingDiverged
@@ -40,7 +41,7 @@ def _positive_float(text: str) -> float:
 
 
 def parse_args(description: str, argv=None, *, device_loader: bool = False,
-               precision: bool = False) -> argparse.Namespace:
+               precision: bool = False, profile: bool = False) -> argparse.Namespace:
     """The flags every stage takes; the checkpoint directory is checked writable here, before
     any training, so a bad one cannot cost a trained model."""
     p = argparse.ArgumentParser(description=description,
@@ -59,6 +60,15 @@ def parse_args(description: str, argv=None, *, device_loader: bool = False,
                         f"{default_checkpoint_dir()})")
     p.add_argument("--steps-this-run", type=_positive_int, default=None, metavar="N",
                    help="stop after N training steps (neuron_parallel_compile trials, CI)")
+    p.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+                   help="write per-step loss, throughput (and graphs compiled on XLA) for "
+                        "TensorBoard into DIR (rank 0 under torchrun)")
+    if profile:
+        p.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                       help="trace --profile-steps steady-state steps with torch_xla's profiler "
+                            "into DIR/plugins/profile/ (TensorBoard's Profile tab)")
+        p.add_argument("--profile-steps", type=_positive_int, default=20, metavar="N",
+                       help=f"how many steps --profile traces, from step {PROFILE_START_STEP}")
     if device_loader:
         p.add_argument("--device-loader", action="store_true",
                        help="feed the device through MpDeviceLoader (background upload, "
@@ -71,6 +81,12 @@ def parse_args(description: str, argv=None, *, device_loader: bool = False,
                             "bf16-sr: with stochastic rounding; bf16-master: FP32 master "
                             "weights; autocast: FP32 weights, forward under torch.autocast")
     args = p.parse_args(argv)
+    if getattr(args, "profile", None) and args.steps_this_run is not None:
+        last = PROFILE_START_STEP + args.profile_steps - 1
+        if args.steps_this_run < last:
+            raise UsageError(f"--profile traces steps {PROFILE_START_STEP}-{last}, but "
+                             f"--steps-this-run {args.steps_this_run} stops before: use "
+                             f"--steps-this-run {last} or more, or fewer --profile-steps.")
     args.checkpoint_dir = args.checkpoint_dir or default_checkpoint_dir()
     checkpoint.check_writable_dir(args.checkpoint_dir)
     return args

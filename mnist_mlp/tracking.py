@@ -1,11 +1,14 @@
 """Step counting for the training loops: --steps-this-run, throughput after warm-up, the loss
-history, progress lines, and a stop with a clear error when the loss stops being finite."""
+history, progress lines, a stop with a clear error when the loss stops being finite, and what
+--tensorboard and --profile record (mnist_mlp.observe)."""
 from __future__ import annotations
 
 import math
 import time
 
 import torch
+
+from mnist_mlp.observe import ProfileWindow, TensorBoardLog
 
 WARMUP_STEPS = 2  # steps left out of the throughput (the first ones compile on XLA), as in the sample
 LOSS_EVERY = 50  # keep (and check) the loss every this many steps
@@ -26,9 +29,12 @@ class StepTracker:
 
     def __init__(self, max_steps: int | None = None, total_steps: int | None = None, *,
                  xla: bool = False, progress: bool = True, warmup: int = WARMUP_STEPS,
-                 loss_every: int = LOSS_EVERY):
+                 loss_every: int = LOSS_EVERY, log: TensorBoardLog | None = None,
+                 profile: ProfileWindow | None = None):
         self.max_steps, self.warmup, self.loss_every = max_steps, warmup, loss_every
         self.xla, self.progress = xla, progress
+        self.log, self.profile = log, profile
+        self._previous_step_time = None
         self.total_steps = min(filter(None, (max_steps, total_steps)), default=None)
         self.steps = 0
         self.loss_history: list[list[float]] = []  # [step, loss] pairs, read as the run goes
@@ -36,6 +42,18 @@ class StepTracker:
         self._last_loss: torch.Tensor | None = None
         every = math.ceil((self.total_steps or 0) / PROGRESS_LINES / loss_every) * loss_every
         self._progress_every = max(every, loss_every)
+
+    @classmethod
+    def for_run(cls, args, steps_per_epoch: int, *, xla: bool = False, rank: int = 0) -> "StepTracker":
+        """The tracker a stage script uses: its flags (--steps-this-run, --epochs, --tensorboard,
+        --profile); under torchrun rank 0 alone prints progress, logs and profiles."""
+        log = profile = None
+        if rank == 0 and getattr(args, "tensorboard", None):
+            log = TensorBoardLog(args.tensorboard, xla=xla)
+        if rank == 0 and getattr(args, "profile", None):
+            profile = ProfileWindow(args.profile, args.profile_steps)
+        return cls(args.steps_this_run, steps_per_epoch * args.epochs, xla=xla,
+                   progress=rank == 0, log=log, profile=profile)
 
     @property
     def done(self) -> bool:
@@ -46,7 +64,13 @@ class StepTracker:
         if self.done:
             return
         for batch in loader:
-            yield batch
+            if self.profile is None:
+                yield batch
+            else:
+                step = self.steps + 1
+                with self.profile.scope(step):
+                    yield batch
+                self.profile.after_step(step)
             if self.done:
                 return
 
@@ -54,8 +78,11 @@ class StepTracker:
         """Call once per step, before the step's torch_xla.sync() on XLA."""
         self.steps += 1
         self._last_loss = loss.detach()
+        now = time.perf_counter()
         if self.steps == self.warmup:
-            self._start = time.perf_counter()
+            self._start = now
+        if self.log is not None:  # the previous step's sync has returned: it is done
+            self._log_step_done(self.steps - 1, now)
         if self.steps == 1 or self.steps % self.loss_every == 0:
             if self.xla:
                 import torch_xla.core.xla_model as xm
@@ -67,6 +94,8 @@ class StepTracker:
     def _record(self, step: int, loss: torch.Tensor) -> None:
         value = float(loss)
         self.loss_history.append([step, value])
+        if self.log is not None:
+            self.log.loss(step, value)
         check_finite(value, f"the loss at step {step}")
         if self.progress and (step == 1 or step % self._progress_every == 0):
             total = f"/{self.total_steps}" if self.total_steps else ""
@@ -83,6 +112,17 @@ class StepTracker:
             torch_xla.sync()
             xm.wait_device_ops()
         self._end = time.perf_counter()
+        if self.profile is not None:
+            self.profile.stop()  # the run ended inside the window
+        if self.log is not None:
+            self._log_step_done(self.steps, self._end)
+            self.log.close()
+
+    def _log_step_done(self, step: int, now: float) -> None:
+        if step >= 1:
+            previous = self._previous_step_time
+            self.log.step_done(step, None if previous is None else now - previous)
+        self._previous_step_time = now
 
     @property
     def throughput(self) -> float:

@@ -42,7 +42,7 @@ def train(model, optimizer, loader, device, epochs, tracker, sync_each_step=True
 @cli.one_line_errors  # bad flags or data, a diverged run: one line saying what to do
 def main(argv=None):
     started = time.perf_counter()
-    args = cli.parse_args(__doc__, argv, device_loader=True)
+    args = cli.parse_args(__doc__, argv, device_loader=True, profile=True)
     print(backend.summary())
     device = backend.device  # torch_xla.device(); the AWS docs use xm.xla_device (deprecated)
     # drop_last: a ragged last batch has another shape, so XLA would compile one more graph.
@@ -56,7 +56,7 @@ def main(argv=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
     print("----------Training ---------------")
-    tracker = StepTracker(args.steps_this_run, len(train_loader) * args.epochs, xla=backend.uses_xla)
+    tracker = StepTracker.for_run(args, len(train_loader), xla=backend.uses_xla)
     train(model, optimizer, train_loader, device, args.epochs, tracker,
           sync_each_step=backend.uses_xla and not args.device_loader)
     graphs = seconds = None

@@ -48,7 +48,7 @@ def train(model, optimizer, loader, device, epochs, tracker, sync_each_step=True
 @cli.one_line_errors  # bad flags or data, a diverged run: one line saying what to do
 def main(argv=None):
     started = time.perf_counter()
-    args = cli.parse_args(__doc__, argv, device_loader=True, precision=True)
+    args = cli.parse_args(__doc__, argv, device_loader=True, precision=True, profile=True)
     if error := deprecated_bf16_env_error():
         raise cli.UsageError(error)
     print(backend.summary())
@@ -80,7 +80,7 @@ def main(argv=None):
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
     print("----------Training ---------------")
-    tracker = StepTracker(args.steps_this_run, len(train_loader) * args.epochs, xla=backend.uses_xla)
+    tracker = StepTracker.for_run(args, len(train_loader), xla=backend.uses_xla)
     train(model, optimizer, train_loader, device, args.epochs, tracker,
           sync_each_step=backend.uses_xla and not args.device_loader,
           autocast=args.precision == "autocast")

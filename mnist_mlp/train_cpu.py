@@ -44,7 +44,7 @@ def main(argv=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
     print("----------Training ---------------")
-    tracker = StepTracker(args.steps_this_run, len(train_loader) * args.epochs)
+    tracker = StepTracker.for_run(args, len(train_loader))
     train(model, optimizer, train_loader, device, args.epochs, tracker)
     return finish_run("cpu", args, backend, model, tracker, test_loader, device, started=started)
 

@@ -53,7 +53,7 @@ def train(model, optimizer, loader, device, epochs, tracker, dp):
 @cli.one_line_errors  # bad flags or data, a diverged run: one line saying what to do
 def main(argv=None):
     started = time.perf_counter()
-    args = cli.parse_args(__doc__, argv)
+    args = cli.parse_args(__doc__, argv, profile=True)
     if backend.name == "neuron":  # before any work: the runtime would fail later, less clearly
         check_worker_count(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), instance_type())
     dist.init_process_group("xla" if backend.uses_xla else "gloo")
@@ -77,8 +77,7 @@ def main(argv=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * dp.world_size)
 
     print("----------Training ---------------")
-    tracker = StepTracker(args.steps_this_run, len(train_loader) * args.epochs,
-                          xla=backend.uses_xla, progress=dp.rank == 0)
+    tracker = StepTracker.for_run(args, len(train_loader), xla=backend.uses_xla, rank=dp.rank)
     train(model, optimizer, train_loader, device, args.epochs, tracker, dp)
     per_rank = dp.finish(model, tracker, samples_per_epoch)  # replicas equal? per-rank figures
     graphs = seconds = None

@@ -275,3 +275,55 @@ def test_progress_lines_come_from_the_loss_reads(tmp_path, script_env, mnist_roo
     assert "the first step compiles the graphs" in progress[0]
     history = load_results(tmp_path, "xla")["loss_history"]
     assert [f"step {s}/200: loss {v:.4f}" for s, v in history] == [p.split(" (")[0] for p in progress]
+
+
+# --------------------------------------------------------------------------- --tensorboard, --profile
+
+
+def profile_runs(directory):
+    """The trace directories torch_xla's profiler wrote under `directory`, where TensorBoard's
+    Profile tab looks: plugins/profile/<run>/."""
+    return sorted((Path(directory) / "plugins" / "profile").glob("*"))
+
+
+def test_profile_and_tensorboard_flags(tmp_path, script_env, mnist_root):
+    """One short run with both: a trace of exactly --profile-steps steady-state steps (and no
+    extra graph), and TensorBoard scalars."""
+    import gzip
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from mnist_mlp.observe import GRAPHS_TAG, LOSS_TAG, PROFILE_START_STEP, THROUGHPUT_TAG
+
+    out = run([sys.executable, "mnist_mlp/train.py", "--steps-this-run", "60", "--profile",
+               str(tmp_path / "profile"), "--profile-steps", "5", "--tensorboard",
+               str(tmp_path / "tb"), "--checkpoint-dir", str(tmp_path)], script_env)
+    assert_sample_lines_in_order(out)
+    assert "Profile: steps 3-7 traced into " in out
+    [trace_dir] = profile_runs(tmp_path / "profile")
+    [xplane] = trace_dir.glob("*.xplane.pb")
+    assert b"train_step" in xplane.read_bytes()  # a protobuf: the event names are strings in it
+    [trace] = trace_dir.glob("*.trace.json.gz")
+    steps = [int(e["args"]["step_num"]) for e in json.loads(gzip.open(trace).read())["traceEvents"]
+             if e.get("name") == "train_step"]
+    assert steps == list(range(PROFILE_START_STEP, PROFILE_START_STEP + 5))
+    assert load_results(tmp_path, "xla")["graphs_compiled"] == 1  # tracing added no graph
+
+    [events] = (tmp_path / "tb").glob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    assert set(accumulator.Tags()["scalars"]) == {LOSS_TAG, THROUGHPUT_TAG, GRAPHS_TAG}
+    history = load_results(tmp_path, "xla")["loss_history"]
+    assert [[e.step, e.value] for e in accumulator.Scalars(LOSS_TAG)] == \
+        [[s, pytest.approx(v)] for s, v in history]
+    assert [e.step for e in accumulator.Scalars(THROUGHPUT_TAG)] == list(range(1, 61))
+    assert [e.value for e in accumulator.Scalars(GRAPHS_TAG)] == [1.0] * 60
+
+
+def test_a_profile_window_longer_than_the_run_is_refused(tmp_path, script_env):
+    code, out, err = run_failing([sys.executable, "mnist_mlp/train.py", "--steps-this-run", "10",
+                                  "--profile", str(tmp_path / "p"), "--checkpoint-dir",
+                                  str(tmp_path)], script_env)
+    assert code == 1
+    assert_one_error_line(err, "--profile traces steps 3-22", "--steps-this-run 22 or more")
+    assert "----------Training" not in out and not (tmp_path / "p").exists()
