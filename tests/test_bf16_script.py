@@ -70,7 +70,7 @@ CHANGED_TRAIN_PY_LINES = {
     'train.py). Here the XLA-on-CPU stand-in runs it when there is no NeuronCore."""',
     "def train(model, optimizer, loader, device, epochs, tracker, sync_each_step=True):",
     "loss = loss_fn(output, train_label)",
-    "args = cli.parse_args(__doc__, argv, device_loader=True)",
+    "args = cli.parse_args(__doc__, argv, device_loader=True, profile=True)",
     "model = MLP().to(device)",
     "sync_each_step=backend.uses_xla and not args.device_loader)",
     'return finish_run("xla", args, backend, model, tracker, test_loader, device, started=started,',
