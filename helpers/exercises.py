@@ -184,26 +184,26 @@ def check_cache_key(answers: dict) -> Feedback:
 
 def check_cache_dir_flag(env: dict, wanted_dir: str, keep: dict[str, str]) -> Feedback:
     """03, exercise 2: env's NEURON_CC_FLAGS puts the cache in wanted_dir and keeps the flags in keep."""
-    from helpers.cache import flags as nf
+    from helpers.cache import flags as cache_flags
     from helpers.cache.location import CompileCacheError, locate_cache
 
     name = "Exercise 03.2 (move the cache with NEURON_CC_FLAGS)"
-    hint = (f"nf.set_flag(env[{nf.ENV_VAR!r}], '--cache_dir', {wanted_dir!r}) returns the new "
+    hint = (f"cache_flags.set_flag(env[{cache_flags.ENV_VAR!r}], '--cache_dir', {wanted_dir!r}) returns the new "
             "string: store it back into env.")
     try:
         location = locate_cache(env)
-        kept = {flag: nf.get_flag(env.get(nf.ENV_VAR), flag) for flag in keep}
-    except (CompileCacheError, nf.FlagsError, ValueError) as err:
-        return Feedback(name, WRONG, f"{nf.ENV_VAR} does not parse: {err}", hint)
+        kept = {flag: cache_flags.get_flag(env.get(cache_flags.ENV_VAR), flag) for flag in keep}
+    except (CompileCacheError, cache_flags.FlagsError, ValueError) as err:
+        return Feedback(name, WRONG, f"{cache_flags.ENV_VAR} does not parse: {err}", hint)
     lost = [flag for flag, value in keep.items() if kept[flag] != value]
     if location.remote or location.path is None or Path(location.path) != Path(wanted_dir):
-        return Feedback(name, NOT_YET if nf.get_flag(env.get(nf.ENV_VAR), "--cache_dir") is None
+        return Feedback(name, NOT_YET if cache_flags.get_flag(env.get(cache_flags.ENV_VAR), "--cache_dir") is None
                         else WRONG, f"the next run would use {location.url} (from "
                         f"{location.source}), not {wanted_dir}.", hint)
     if lost:
         return Feedback(name, WRONG, f"the cache moves, but {', '.join(lost)} was lost on the way.",
                         hint)
-    return Feedback(name, RIGHT, f"{nf.ENV_VAR}={env[nf.ENV_VAR]!r}: the cache moves to "
+    return Feedback(name, RIGHT, f"{cache_flags.ENV_VAR}={env[cache_flags.ENV_VAR]!r}: the cache moves to "
                     f"{wanted_dir} and your other flags stay.")
 
 

@@ -376,6 +376,26 @@ def check_tools_on_path(python: str = sys.executable, path: str | None = None) -
     return CheckResult(item, True, "; ".join(parts), "")
 
 
+NEURON_TOOLS_DIR = Path("/opt/aws/neuron/bin")  # aws-neuronx-tools installs here, off PATH
+NEURON_TOOLS = ("neuron-ls", "neuron-top", "neuron-monitor")
+
+
+def check_neuron_tools(on_neuron: bool, path: str | None = None,
+                       tools_dir: Path = NEURON_TOOLS_DIR) -> CheckResult:
+    """neuron-ls, neuron-top and neuron-monitor found by name (Trainium only)."""
+    item = "Neuron tools"
+    if not on_neuron:
+        return CheckResult(item, True, "not a Trainium host: the CPU stand-in needs no Neuron tools", "")
+    path = os.environ.get("PATH", "") if path is None else path
+    missing = [tool for tool in NEURON_TOOLS if shutil.which(tool, path=path) is None]
+    if not missing:
+        return CheckResult(item, True, f"{', '.join(NEURON_TOOLS)} on PATH", "")
+    where = (f"they are in {tools_dir}, which is not on PATH" if (tools_dir / missing[0]).is_file()
+             else f"not in {tools_dir} either: install aws-neuronx-tools (Neuron apt repository)")
+    return CheckResult(item, False, f"{', '.join(missing)} not found: {where}",
+                       f"export PATH={tools_dir}:$PATH (add it to ~/.bashrc), then restart JupyterLab")
+
+
 def run_checks(backend: Backend) -> list[CheckResult]:
     """Every setup check, in the order notebook 00 explains them."""
     return [
@@ -388,4 +408,5 @@ def run_checks(backend: Backend) -> list[CheckResult]:
         check_compile_cache(stand_in=backend.name != "neuron"),
         check_torchrun(),
         check_tools_on_path(),
+        check_neuron_tools(backend.name == "neuron"),
     ]

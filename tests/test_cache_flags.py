@@ -5,13 +5,13 @@ import shlex
 
 import pytest
 
-from helpers.cache import flags as nf
+from helpers.cache import flags as cache_flags
 
 USER_FLAGS = "--model-type transformer --auto-cast=none -O1 --enable-saturate-infinity"
 
 
 def test_split_understands_both_spellings():
-    flags = nf.split_flags("--cache_dir /a/b --log_level=INFO --retry_failed_compilation -O1 "
+    flags = cache_flags.split_flags("--cache_dir /a/b --log_level=INFO --retry_failed_compilation -O1 "
                            "--model-type transformer --enable-saturate-infinity --foo -1")
     assert [(f.name, f.value) for f in flags] == [
         ("--cache_dir", "/a/b"), ("--log_level", "INFO"), ("--retry_failed_compilation", None),
@@ -21,80 +21,80 @@ def test_split_understands_both_spellings():
 
 def test_get_flag():
     flags = USER_FLAGS + " --cache_dir '/mnt/my cache' --retry_failed_compilation"
-    assert nf.get_flag(flags, "--cache_dir") == "/mnt/my cache"
-    assert nf.get_flag(flags, "--model-type") == "transformer"
-    assert nf.get_flag(flags, "--auto-cast") == "none"
-    assert nf.get_flag(flags, "--retry_failed_compilation") is True
-    assert nf.get_flag(flags, "--no_cache") is None
-    assert nf.get_flag("--log_level=INFO --log_level ERROR", "--log_level") == "ERROR"  # last wins
-    assert nf.get_flag(None, "--cache_dir") is None
+    assert cache_flags.get_flag(flags, "--cache_dir") == "/mnt/my cache"
+    assert cache_flags.get_flag(flags, "--model-type") == "transformer"
+    assert cache_flags.get_flag(flags, "--auto-cast") == "none"
+    assert cache_flags.get_flag(flags, "--retry_failed_compilation") is True
+    assert cache_flags.get_flag(flags, "--no_cache") is None
+    assert cache_flags.get_flag("--log_level=INFO --log_level ERROR", "--log_level") == "ERROR"  # last wins
+    assert cache_flags.get_flag(None, "--cache_dir") is None
 
 
 def test_set_keeps_every_other_flag():
-    out = nf.set_flag(USER_FLAGS, "--cache_dir", "/mnt/my cache")
+    out = cache_flags.set_flag(USER_FLAGS, "--cache_dir", "/mnt/my cache")
     assert shlex.split(out) == [*shlex.split(USER_FLAGS), "--cache_dir=/mnt/my cache"]
-    assert nf.get_flag(out, "--cache_dir") == "/mnt/my cache"
-    again = nf.set_flag(out, "--cache_dir", "/other")  # replaced, not piled up
+    assert cache_flags.get_flag(out, "--cache_dir") == "/mnt/my cache"
+    again = cache_flags.set_flag(out, "--cache_dir", "/other")  # replaced, not piled up
     assert shlex.split(again) == [*shlex.split(USER_FLAGS), "--cache_dir=/other"]
-    spaced = nf.set_flag("--cache_dir /old " + USER_FLAGS, "--cache_dir", "/new")  # "--flag value"
+    spaced = cache_flags.set_flag("--cache_dir /old " + USER_FLAGS, "--cache_dir", "/new")  # "--flag value"
     assert shlex.split(spaced) == [*shlex.split(USER_FLAGS), "--cache_dir=/new"]
-    switch = nf.set_flag(USER_FLAGS, "--retry_failed_compilation")
+    switch = cache_flags.set_flag(USER_FLAGS, "--retry_failed_compilation")
     assert switch == USER_FLAGS + " --retry_failed_compilation"
-    assert nf.set_flag(switch, "--retry_failed_compilation") == switch
+    assert cache_flags.set_flag(switch, "--retry_failed_compilation") == switch
 
 
 def test_remove_takes_the_value_along():
     flags = "--model-type transformer --retry_failed_compilation --log_level INFO -O1"
-    assert nf.remove_flag(flags, "--model-type") == "--retry_failed_compilation --log_level INFO -O1"
-    assert nf.remove_flag(flags, "--log_level") == "--model-type transformer --retry_failed_compilation -O1"
-    assert nf.remove_flag(flags, "--retry_failed_compilation") == "--model-type transformer --log_level INFO -O1"
-    assert nf.set_flag(flags, "-O1", False) == "--model-type transformer --retry_failed_compilation --log_level INFO"
-    assert nf.remove_flag(flags, "--no_cache") == flags
+    assert cache_flags.remove_flag(flags, "--model-type") == "--retry_failed_compilation --log_level INFO -O1"
+    assert cache_flags.remove_flag(flags, "--log_level") == "--model-type transformer --retry_failed_compilation -O1"
+    assert cache_flags.remove_flag(flags, "--retry_failed_compilation") == "--model-type transformer --log_level INFO -O1"
+    assert cache_flags.set_flag(flags, "-O1", False) == "--model-type transformer --retry_failed_compilation --log_level INFO"
+    assert cache_flags.remove_flag(flags, "--no_cache") == flags
 
 
 def test_a_bare_flag_never_takes_the_next_flag_as_its_value():
-    assert nf.remove_flag("--verbose --no_cache -O1", "--verbose") == "--no_cache -O1"
-    assert nf.get_flag("--verbose --no_cache -O1", "--no_cache") is True
-    assert nf.get_flag("--cache_dir --no_cache", "--cache_dir") is True  # no value given
-    assert nf.get_flag("--verbose -1 -O1", "--verbose") == "-1"  # a number is a value
-    assert nf.get_flag("--log_level --retry_failed_compilation", "--retry_failed_compilation")
+    assert cache_flags.remove_flag("--verbose --no_cache -O1", "--verbose") == "--no_cache -O1"
+    assert cache_flags.get_flag("--verbose --no_cache -O1", "--no_cache") is True
+    assert cache_flags.get_flag("--cache_dir --no_cache", "--cache_dir") is True  # no value given
+    assert cache_flags.get_flag("--verbose -1 -O1", "--verbose") == "-1"  # a number is a value
+    assert cache_flags.get_flag("--log_level --retry_failed_compilation", "--retry_failed_compilation")
 
 
 @pytest.mark.parametrize("flags", ["--cache_dir=", "--cache_dir", "--log_level --no_cache",
                                    "--model-type="])
 def test_value_flags_without_a_value_are_refused_on_replace(flags):
     env = {"NEURON_CC_FLAGS": USER_FLAGS}
-    with pytest.raises(nf.FlagsError, match="has no value"):
-        nf.replace_env(flags, env=env)
+    with pytest.raises(cache_flags.FlagsError, match="has no value"):
+        cache_flags.replace_env(flags, env=env)
     assert env["NEURON_CC_FLAGS"] == USER_FLAGS
 
 
 def test_bad_input_is_refused_clearly():
     with pytest.raises(ValueError, match="check its quotes"):
-        nf.split_flags("--cache_dir '/unterminated")
+        cache_flags.split_flags("--cache_dir '/unterminated")
     with pytest.raises(ValueError, match="needs a value"):
-        nf.set_flag("", "--cache_dir")
+        cache_flags.set_flag("", "--cache_dir")
     with pytest.raises(ValueError, match="use one of WARNING, INFO, ERROR"):
-        nf.set_flag("", "--log_level", "LOUD")
+        cache_flags.set_flag("", "--log_level", "LOUD")
     with pytest.raises(ValueError, match="expected e.g. '--cache_dir'"):
-        nf.set_flag("", "--cache_dir=/x", "/y")
+        cache_flags.set_flag("", "--cache_dir=/x", "/y")
     with pytest.raises(ValueError, match="empty value"):
-        nf.set_flag("", "--model-type", "")
+        cache_flags.set_flag("", "--model-type", "")
 
 
 def test_replace_env_on_a_given_environment():
     env = {"NEURON_CC_FLAGS": USER_FLAGS}
-    change = nf.replace_env(nf.set_flag(USER_FLAGS, "--retry_failed_compilation"), env=env)
+    change = cache_flags.replace_env(cache_flags.set_flag(USER_FLAGS, "--retry_failed_compilation"), env=env)
     assert change.changed and change.before == USER_FLAGS and change.note is None
     assert env["NEURON_CC_FLAGS"] == USER_FLAGS + " --retry_failed_compilation"
     assert "--retry_failed_compilation" in change.message()
-    nf.replace_env(nf.remove_flag(env["NEURON_CC_FLAGS"], "--retry_failed_compilation"), env=env)
+    cache_flags.replace_env(cache_flags.remove_flag(env["NEURON_CC_FLAGS"], "--retry_failed_compilation"), env=env)
     assert env["NEURON_CC_FLAGS"] == USER_FLAGS
     empty = {"NEURON_CC_FLAGS": "--no_cache"}
-    nf.replace_env("", env=empty)
+    cache_flags.replace_env("", env=empty)
     assert "NEURON_CC_FLAGS" not in empty  # not left as an empty string
     with pytest.raises(ValueError):
-        nf.replace_env("--cache_dir 'oops", env=env)
+        cache_flags.replace_env("--cache_dir 'oops", env=env)
     assert env["NEURON_CC_FLAGS"] == USER_FLAGS  # a refused edit loses nothing
 
 
@@ -104,9 +104,9 @@ def test_runtime_not_initialised_without_torch_xla_import():
     if "torch_xla" in sys.modules:  # another test in this process imported it
         import torch_xla
 
-        assert nf.runtime_initialised() == bool(torch_xla._XLAC._xla_runtime_is_initialized())
+        assert cache_flags.runtime_initialised() == bool(torch_xla._XLAC._xla_runtime_is_initialized())
     else:
-        assert nf.runtime_initialised() is False
+        assert cache_flags.runtime_initialised() is False
         assert "torch_xla" not in sys.modules  # asking did not import it
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from mnist_mlp.paths import REPO_ROOT as REPO
 
-from helpers.cache import precompile as pc
+from helpers.cache import precompile
 
 ARGS = ["--epochs", "2", "--batch-size", "64", "--lr", "0.05", "--seed", "1", "--loader", "fast",
         "--data-dir", "/data/mnist", "--checkpoint-dir", "/tmp/ckpt"]
@@ -78,7 +78,7 @@ sys.exit(trial.returncode)
 
 
 def test_single_process_commands_exact_argv():
-    c = pc.build_commands("mnist_mlp/train.py", ARGS, python="python3")
+    c = precompile.build_commands("mnist_mlp/train.py", ARGS, python="python3")
     assert c.run == ["python3", "mnist_mlp/train.py", *ARGS]
     assert c.trial_run == ["python3", "mnist_mlp/train.py", *ARGS, "--steps-this-run", "10"]
     assert c.trial == ["neuron_parallel_compile", *c.trial_run]
@@ -86,7 +86,7 @@ def test_single_process_commands_exact_argv():
 
 
 def test_torchrun_commands_exact_argv():
-    c = pc.build_commands("mnist_mlp/train_torchrun.py", ARGS, nproc_per_node=2, trial_steps=15,
+    c = precompile.build_commands("mnist_mlp/train_torchrun.py", ARGS, nproc_per_node=2, trial_steps=15,
                           python="python3", master_port=29512)
     assert c.run == ["python3", "-m", "torch.distributed.run", "--nproc_per_node=2",
                      "--master_port=29512", "--tee=3", "mnist_mlp/train_torchrun.py", *ARGS]
@@ -94,7 +94,7 @@ def test_torchrun_commands_exact_argv():
 
 
 def test_trial_and_run_differ_only_in_the_step_limit():
-    c = pc.build_commands("s.py", ARGS, nproc_per_node=2, master_port=1234)
+    c = precompile.build_commands("s.py", ARGS, nproc_per_node=2, master_port=1234)
     assert c.trial[0] == "neuron_parallel_compile" and c.trial[1:-2] == c.run
     assert c.trial[-2:] == ["--steps-this-run", "10"]
 
@@ -103,19 +103,19 @@ def test_trial_and_run_differ_only_in_the_step_limit():
                                  ["--steps_this_run", "5"]])
 def test_step_limit_in_the_arguments_is_refused(bad):
     with pytest.raises(ValueError, match="pass trial_steps= instead"):
-        pc.build_commands("s.py", ["--epochs", "1", *bad])
+        precompile.build_commands("s.py", ["--epochs", "1", *bad])
 
 
 @pytest.mark.parametrize("steps", [0, -1, 2.5, True])
 def test_trial_steps_must_be_positive(steps):
     with pytest.raises(ValueError, match="positive whole number"):
-        pc.build_commands("s.py", [], trial_steps=steps)
+        precompile.build_commands("s.py", [], trial_steps=steps)
 
 
 def test_real_training_scripts_accept_both_command_lines():
     from mnist_mlp.cli import parse_args
 
-    c = pc.build_commands(REPO / "mnist_mlp" / "train.py", ARGS)
+    c = precompile.build_commands(REPO / "mnist_mlp" / "train.py", ARGS)
     run_args, trial_args = c.run[2:], c.trial_run[2:]
     assert parse_args("", run_args).steps_this_run is None
     trial = parse_args("", trial_args)
@@ -127,9 +127,9 @@ def test_output_parsers():
              "[rank0]: Graphs compiled: 6 (compile time 1.0 s)",
              "2023-08-24 20:21:11.000895:  161136  INFO ||NEURON_PARALLEL_COMPILE||: Total graphs: 2",
              "... INFO ||NEURON_PARALLEL_COMPILE||: Total failed compilations: 1"]
-    assert pc.graphs_compiled_from_output(lines) == 6
-    assert pc.parallel_compile_totals(lines) == {"total": 2, "failed": 1}
-    assert pc.graphs_compiled_from_output(["nothing"]) is None
+    assert precompile.graphs_compiled_from_output(lines) == 6
+    assert precompile.parallel_compile_totals(lines) == {"total": 2, "failed": 1}
+    assert precompile.graphs_compiled_from_output(["nothing"]) is None
 
 
 @pytest.fixture
@@ -144,7 +144,7 @@ def invocations(tmp_path):
 
 def test_stand_in_explains_and_runs_only_the_trial(workdir):
     lines = []
-    report = pc.precompile(workdir / "train.py", ["--epochs", "1", "--checkpoint-dir", "ckpt"],
+    report = precompile.precompile(workdir / "train.py", ["--epochs", "1", "--checkpoint-dir", "ckpt"],
                            backend="xla-cpu", cwd=workdir, timeout=120, on_line=lines.append,
                            env={"INVOCATIONS": str(workdir / "calls.jsonl")})
     assert invocations(workdir) == [["train", "--epochs", "1", "--checkpoint-dir", "ckpt",
@@ -170,7 +170,7 @@ def test_neuron_path_precompiles_then_trains(workdir):
     wrapper = fake_wrapper(workdir)
     cache = workdir / "neuron-cache"
     lines = []
-    report = pc.precompile(workdir / "train.py", ["--checkpoint-dir", "ckpt"], backend="neuron",
+    report = precompile.precompile(workdir / "train.py", ["--checkpoint-dir", "ckpt"], backend="neuron",
                            wrapper=str(wrapper), cwd=workdir, timeout=120, on_line=lines.append,
                            env={"INVOCATIONS": str(workdir / "calls.jsonl"),
                                 "NEURON_COMPILE_CACHE_URL": str(cache)})
@@ -193,7 +193,7 @@ def test_neuron_path_precompiles_then_trains(workdir):
 
 def test_neuron_path_needs_the_wrapper(workdir):
     with pytest.raises(FileNotFoundError, match="comes with torch-neuronx"):
-        pc.precompile(workdir / "train.py", [], backend="neuron",
+        precompile.precompile(workdir / "train.py", [], backend="neuron",
                       wrapper=str(workdir / "no-such-wrapper"), on_line=lambda _: None)
 
 
@@ -201,7 +201,7 @@ def test_failed_compiles_are_counted_as_failed_not_done(workdir):
     """neuron_parallel_compile's `scan` counts failed entries as done; the cache scan here reads
     each model.neff and counts them apart."""
     cache = workdir / "neuron-cache"
-    report = pc.precompile(workdir / "train.py", ["--checkpoint-dir", "ckpt"], backend="neuron",
+    report = precompile.precompile(workdir / "train.py", ["--checkpoint-dir", "ckpt"], backend="neuron",
                            wrapper=str(fake_wrapper(workdir)), cwd=workdir, timeout=120,
                            run_real=False, on_line=lambda _: None,
                            env={"INVOCATIONS": str(workdir / "calls.jsonl"), "FAIL_GRAPHS": "1",

@@ -19,14 +19,14 @@ from helpers.cache.scan import scan_cache
 SCRIPT = r"""
 import json, os, sys, time, warnings
 import torch, torch_xla, torch_xla.runtime as xr
-from helpers.cache import flags as nf
+from helpers.cache import flags as cache_flags
 
 if len(sys.argv) > 2:  # the second run: imported alongside the first, waits for its cache
     deadline = time.monotonic() + 200
     while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
         time.sleep(0.05)
 
-before = nf.replace_env("--retry_failed_compilation")  # nothing compiled yet: no note
+before = cache_flags.replace_env("--retry_failed_compilation")  # nothing compiled yet: no note
 xr.initialize_cache(sys.argv[1], readonly=False)
 device = torch_xla.device()
 a = torch.arange(16.0, device=device).reshape(4, 4)
@@ -35,10 +35,10 @@ b = (a @ a).sum()
 print("result", b.item())              # graph 2: the matmul and sum
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    after = nf.replace_env(nf.set_flag(os.environ["NEURON_CC_FLAGS"], "--log_level", "INFO"))
+    after = cache_flags.replace_env(cache_flags.set_flag(os.environ["NEURON_CC_FLAGS"], "--log_level", "INFO"))
 print("JSON", json.dumps({"before_note": before.note, "after_note": after.note,
                           "warned": [str(w.message) for w in caught],
-                          "flags": nf.os.environ["NEURON_CC_FLAGS"]}))
+                          "flags": cache_flags.os.environ["NEURON_CC_FLAGS"]}))
 """
 
 

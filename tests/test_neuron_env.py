@@ -12,7 +12,7 @@ from mnist_mlp.download import IDX_MD5, default_data_dir
 from helpers.neuron_env import (FREE_CORES_FIX, CheckResult, DeviceHolder, check_backend,
                                 check_compile_cache, check_mnist, check_neuron_cores_free,
                                 check_neuron_cores_visible, check_pins, check_platform,
-                                check_tools_on_path, check_torchrun, neuron_device_holders,
+                                check_neuron_tools, check_tools_on_path, check_torchrun, neuron_device_holders,
                                 read_os_release, shown_path)
 from mnist_mlp.paths import REPO_ROOT
 
@@ -441,3 +441,18 @@ def test_checklist_shows_red_then_green_after_check_again(tmp_path):
     assert all("checklist-ok" in row._dom_classes for row in checklist.rows.children)
     assert "the file is there" in checklist.rows.children[1].value
     assert FAIL_COLOUR not in checklist._repr_mimebundle_()["text/html"]
+
+
+def test_neuron_tools_must_be_on_path(tmp_path):
+    tools = tmp_path / "opt-aws-neuron-bin"
+    tools.mkdir()
+    for tool in ("neuron-ls", "neuron-top", "neuron-monitor"):
+        (tools / tool).write_text("#!/bin/sh\n")
+        (tools / tool).chmod(0o755)
+    off = check_neuron_tools(True, path="/usr/bin", tools_dir=tools)
+    assert not off.ok and "not on PATH" in off.message
+    assert off.fix.startswith(f"export PATH={tools}:$PATH")
+    assert check_neuron_tools(True, path=f"/usr/bin:{tools}", tools_dir=tools).ok
+    absent = check_neuron_tools(True, path="/usr/bin", tools_dir=tmp_path / "none")
+    assert not absent.ok and "aws-neuronx-tools" in absent.message
+    assert check_neuron_tools(False, path="").ok  # the stand-in needs none

@@ -16,7 +16,7 @@ import re
 
 import ipywidgets as W
 
-from helpers.cache import flags as nf
+from helpers.cache import flags as cache_flags
 from helpers.cache import plans
 from helpers.cache.location import (CompileCacheError, installed_compiler_version,
                                     same_compiler_version, version_order)
@@ -299,7 +299,7 @@ class FlagsEditor:
     def __init__(self, env=None):
         self.env = os.environ if env is None else env
         self._syncing = False
-        self.text = W.Text(description=nf.ENV_VAR, layout=W.Layout(width=FULL), style=LABEL,
+        self.text = W.Text(description=cache_flags.ENV_VAR, layout=W.Layout(width=FULL), style=LABEL,
                            tooltip="the whole variable: edit it freely")
         self.cache_dir = W.Text(description="--cache_dir", style=LABEL,
                                 placeholder="empty: the default cache (see locate_cache)",
@@ -312,18 +312,18 @@ class FlagsEditor:
         self.no_cache = W.Checkbox(description="--no_cache", indent=False,
                                    layout=W.Layout(**spaced),
                                    tooltip="do not read or write the persistent cache")
-        self.log_level = W.Dropdown(options=[UNSET, *nf.LOG_LEVELS], description="--log_level",
+        self.log_level = W.Dropdown(options=[UNSET, *cache_flags.LOG_LEVELS], description="--log_level",
                                     tooltip="how much the compiler wrapper logs", style=LABEL,
                                     layout=W.Layout(**spaced))
-        self.auto_cast = W.Dropdown(options=[UNSET, *nf.AUTO_CAST], description="--auto-cast",
+        self.auto_cast = W.Dropdown(options=[UNSET, *cache_flags.AUTO_CAST], description="--auto-cast",
                                     tooltip="neuronx-cc: which operations to cast down",
                                     style=LABEL, layout=W.Layout(**spaced))
-        self.model_type = W.Dropdown(options=[UNSET, *nf.MODEL_TYPES], description="--model-type",
+        self.model_type = W.Dropdown(options=[UNSET, *cache_flags.MODEL_TYPES], description="--model-type",
                                      tooltip="neuronx-cc: optimisations for a model family",
                                      style=LABEL, layout=W.Layout(**spaced))
-        self.apply_button = _button("Apply", f"write {nf.ENV_VAR} to the environment",
+        self.apply_button = _button("Apply", f"write {cache_flags.ENV_VAR} to the environment",
                                     "cc-flags-apply", button_style="primary")
-        self.reload_button = _button("Reload from environment", f"read {nf.ENV_VAR} again, "
+        self.reload_button = _button("Reload from environment", f"read {cache_flags.ENV_VAR} again, "
                                      "dropping unapplied edits", "cc-flags-reload")
         self.message = W.HTML()
         self._controls = {"--cache_dir": self.cache_dir, "--retry_failed_compilation": self.retry,
@@ -351,10 +351,10 @@ class FlagsEditor:
 
     def summary(self) -> str:
         """The flags being edited, as one line (the editor's plain-text form)."""
-        return f"FlagsEditor: {nf.ENV_VAR}={self.text.value!r}"
+        return f"FlagsEditor: {cache_flags.ENV_VAR}={self.text.value!r}"
 
     def reload(self) -> None:
-        self.text.value = self.env.get(nf.ENV_VAR, "")
+        self.text.value = self.env.get(cache_flags.ENV_VAR, "")
         self.message.value = ""
 
     def _control_changed(self, name: str, value) -> None:
@@ -363,15 +363,15 @@ class FlagsEditor:
         if isinstance(value, str):
             value = False if value in ("", UNSET) else value.strip()
         try:
-            self.text.value = nf.set_flag(self.text.value, name, value)
-        except nf.FlagsError as err:
+            self.text.value = cache_flags.set_flag(self.text.value, name, value)
+        except cache_flags.FlagsError as err:
             self.message.value = _coloured(str(err), ERROR)
 
     def _text_changed(self) -> None:
         try:
             flags = self.text.value
-            values = {name: nf.get_flag(flags, name) for name in self._controls}
-        except nf.FlagsError as err:
+            values = {name: cache_flags.get_flag(flags, name) for name in self._controls}
+        except cache_flags.FlagsError as err:
             self.message.value = _coloured(str(err), ERROR)
             return
         self.message.value = ""
@@ -388,10 +388,10 @@ class FlagsEditor:
         finally:
             self._syncing = False
 
-    def apply(self) -> nf.FlagsChange | None:
+    def apply(self) -> cache_flags.FlagsChange | None:
         try:
-            change = nf.replace_env(self.text.value, self.env)
-        except nf.FlagsError as err:
+            change = cache_flags.replace_env(self.text.value, self.env)
+        except cache_flags.FlagsError as err:
             self.message.value = _coloured(str(err), ERROR)
             return None
         self.message.value = _coloured(change.message(), NOTE if change.note else OK, pre=True)
