@@ -79,15 +79,32 @@ def venv_bin_first(path: str | None, python: str = sys.executable) -> str:
     return os.pathsep.join([bin_dir, *entries])
 
 
-def _pump_lines(stream: io.TextIOBase, sink: queue.Queue) -> None:
-    """Reader thread: hand each complete output line to the main thread as it arrives."""
+def _pump_lines(stream: io.TextIOBase, sink: queue.Queue, tag=None) -> None:
+    """Reader thread: hand each complete output line to the main thread as it arrives
+    (as (tag, line) when tagged; None, or (tag, None), at the end)."""
     for chunk in iter(stream.readline, ""):
         # With newline="" a line keeps its ending. One ending in a bare "\r" is a progress
         # bar redrawing itself: skipped, its final state arrives as a normal line.
         if chunk.endswith("\r"):
             continue
-        sink.put(chunk.rstrip("\r\n"))
-    sink.put(None)
+        line = chunk.rstrip("\r\n")
+        sink.put(line if tag is None else (tag, line))
+    sink.put(None if tag is None else (tag, None))
+
+
+def start_streamed(cmd: Sequence[str], sink: queue.Queue, tag, *,
+                   env: Mapping[str, str] | None = None,
+                   cwd: str | os.PathLike | None = None) -> subprocess.Popen:
+    """Start `cmd` in a session of its own (as run_streaming does); a reader thread puts each
+    of its output lines into sink as (tag, line), then (tag, None) when its output closes."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env["PATH"] = venv_bin_first(full_env.get("PATH"))
+    proc = subprocess.Popen([os.fspath(c) for c in cmd], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+                            cwd=cwd, start_new_session=True)
+    stream = io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace", newline="")
+    threading.Thread(target=_pump_lines, args=(stream, sink, tag), daemon=True).start()
+    return proc
 
 
 def _is_alive(proc: psutil.Process) -> bool:

@@ -1,0 +1,95 @@
+"""Two torchrun "nodes" on the loopback address (helpers.torchrun.run_nodes): the real
+train_torchrun.py, one worker per node, against two workers on one node; and a node whose
+partner never comes stops in bounded time, naming the missing node."""
+import json
+import time
+
+import pytest
+import torch
+
+from helpers.processes import CommandFailed
+from helpers.torchrun import (missing_node_message, run_nodes, run_torchrun, side_by_side,
+                              torchrun_argv)
+from tests.conftest import REPO_ROOT
+
+SCRIPT = "mnist_mlp/train_torchrun.py"
+STEPS = ["--epochs", "1", "--steps-this-run", "12"]
+RDZV_TIMEOUT = 5
+# Measured on the shared 2-core machine: node 0 alone stops about 7 s after the rendezvous
+# timeout, node 1 alone after about two timeouts plus 9 s. The bounds leave room for load.
+NODE0_ALONE_BOUND_S = RDZV_TIMEOUT + 45
+NODE1_ALONE_BOUND_S = 2 * RDZV_TIMEOUT + 50
+
+
+def results(directory):
+    record = json.loads((directory / "results_torchrun_w2.json").read_text())
+    state = torch.load(directory / "checkpoint_torchrun_w2.pt", weights_only=False)["state_dict"]
+    return record, state
+
+
+def test_two_nodes_train_the_same_model_as_two_workers_on_one_node(tmp_path, script_env):
+    shown = []
+    nodes = run_nodes(SCRIPT, [*STEPS, "--checkpoint-dir", str(tmp_path / "two-nodes")],
+                      timeout=600, rdzv_timeout=120, env=script_env, cwd=REPO_ROOT,
+                      on_line=shown.append)
+    assert {rank: r.returncode for rank, r in nodes.items()} == {0: 0, 1: 0}
+    assert set(nodes[0].lines_by_rank()) == {0} and set(nodes[1].lines_by_rank()) == {1}
+    assert any(line.startswith("Replicas equal") for line in nodes[0].lines_by_rank()[0])
+    assert shown[0].startswith("node 0") and "│ node 1" in shown[0]
+    assert any(line.startswith(" " * 10) and "[rank1]" in line for line in shown), "node 1 right"
+
+    run_torchrun(SCRIPT, [*STEPS, "--checkpoint-dir", str(tmp_path / "one-node")],
+                 nproc_per_node=2, timeout=600, env=script_env, cwd=REPO_ROOT,
+                 on_line=lambda line: None)
+    (two, two_state), (one, one_state) = results(tmp_path / "two-nodes"), results(tmp_path / "one-node")
+    assert two["world_size"] == one["world_size"] == 2 and two["steps"] == one["steps"] == 12
+    assert two["gradient_reduce"] == one["gradient_reduce"]
+    assert two["final_loss"] == pytest.approx(one["final_loss"], abs=1e-5)
+    assert two["test_accuracy"] == pytest.approx(one["test_accuracy"], abs=1e-3)
+    for name, tensor in one_state.items():
+        assert torch.allclose(two_state[name], tensor, atol=1e-6), name
+
+
+@pytest.mark.parametrize("present, missing, bound", [(0, "node 1 never joined", NODE0_ALONE_BOUND_S),
+                                                     (1, "node 0, which hosts the rendezvous",
+                                                      NODE1_ALONE_BOUND_S)])
+def test_a_node_alone_stops_in_bounded_time_naming_the_missing_node(tmp_path, script_env,
+                                                                    present, missing, bound):
+    started = time.monotonic()
+    with pytest.raises(CommandFailed) as failed:
+        run_nodes(SCRIPT, [*STEPS, "--checkpoint-dir", str(tmp_path)], node_ranks=(present,),
+                  timeout=300, rdzv_timeout=RDZV_TIMEOUT, env=script_env, cwd=REPO_ROOT,
+                  on_line=lambda line: None)
+    elapsed = time.monotonic() - started
+    assert elapsed < bound, f"node {present} alone took {elapsed:.0f} s to stop"
+    assert failed.value.summary.startswith(f"Node {present} stopped") and missing in failed.value.summary
+    assert "Start" in failed.value.summary, "says what to do"
+    assert not list(tmp_path.glob("*.json")), "nothing written"
+
+
+def test_node_command_lines_carry_the_rendezvous_and_its_timeout():
+    argv = torchrun_argv(SCRIPT, ["--epochs", "1"], nproc_per_node=1, nnodes=2, node_rank=1,
+                         master_addr="127.0.0.1", master_port=29611, rdzv_timeout=30, python="py")
+    assert argv == ["py", "-m", "torch.distributed.run", "--nproc_per_node=1", "--nnodes=2",
+                    "--node_rank=1", "--master_addr=127.0.0.1", "--master_port=29611",
+                    "--rdzv_conf=timeout=30", "--tee=3", SCRIPT, "--epochs", "1"]
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="rdzv_timeout"):
+            torchrun_argv(SCRIPT, nproc_per_node=1, nnodes=2, node_rank=0, master_addr="h",
+                          rdzv_timeout=bad)
+    with pytest.raises(ValueError, match="node_ranks"):
+        run_nodes(SCRIPT, node_ranks=(0, 0), timeout=10)
+
+
+def test_missing_node_messages_read_torchrun_own_errors():
+    # torchrun 2.9's static rendezvous, as printed by the runs above
+    node0 = ["torch.distributed.DistStoreError: Timed out after 16 seconds waiting for clients. "
+             "1/2 clients joined."]
+    assert "node 1 never joined" in missing_node_message(node0, 0, 2)
+    node1 = ["torch.distributed.DistNetworkError: The client socket has timed out after 15000ms "
+             "while trying to connect to (10.0.0.1, 29500)."]
+    message = missing_node_message(node1, 1, 2)
+    assert "node 0" in message and "10.0.0.1:29500" in message and "security group" in message
+    assert missing_node_message(["Traceback ...", "ValueError: bad"], 0, 2) is None
+    assert side_by_side(1, "x" * 10, width=4).splitlines() == ["     │ xxxx", "     │ xxxx",
+                                                                 "     │ xx"]
