@@ -1,10 +1,12 @@
 # The workbook's commands. Everything a fresh machine needs is installed by these targets.
 #   make lab        set up, then start JupyterLab on notebooks/
-#   make test       set up, then run every test (unit, end-to-end, notebooks through nbval)
+#   make test       set up, then run every test: unit, end-to-end, every notebook executed once
+#                   (in JupyterLab in Chromium) and its outputs compared; ~10 min on 2 cores
+#   make test-quick the unit tests only (no notebooks, browser, training or multi-process runs)
 #   make bench      the loader / device-loop benchmark, ratios against the targets
 #   make data       download (or build offline) and verify MNIST
 #   make notebooks  re-execute the notebooks in place on this machine, committing-ready
-#   make browser    install Chromium for the browser test (Debian/Ubuntu, as root; make test runs it)
+#   make browser    Chromium and the emoji font for the browser test, when missing (make test runs it)
 #   make reset      notebooks back to their committed state, checkpoints/results removed (data kept)
 #   make classroom-cache                  precompile every graph the workbook traces, one archive
 #   make classroom-import ARCHIVE=<file>  load that archive into this machine's compile cache
@@ -23,10 +25,12 @@ LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 # Jupyter refuses to start as root unless told: root is normal in containers and on instances.
 LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
-CHROMIUM ?= /usr/bin/chromium
+# make test PYTEST_ARGS="-k notebook": more pytest options. Two xdist workers: the notebooks
+# (browser run, then output comparison) on one, everything else on the other.
+PYTEST_ARGS ?=
 CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
 
-.PHONY: lab test bench data notebooks venv clean-venv browser reset classroom-cache classroom-import
+.PHONY: lab test test-quick bench data notebooks venv clean-venv browser reset classroom-cache classroom-import
 
 venv: $(STAMP)
 
@@ -53,8 +57,10 @@ lab: data
 	    --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT_FLAG)
 
 test: data browser
-	$(PY) -m pytest tests $(NOTEBOOKS) --nbval --nbval-current-env \
-	    --nbval-sanitize-with tests/nbval_sanitize.cfg
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS) tests
+
+test-quick: data
+	$(PY) -m pytest -m "not e2e" -q --durations=5 $(PYTEST_ARGS) tests
 
 bench: data
 	$(PY) mnist_mlp/bench.py
@@ -68,19 +74,10 @@ notebooks: data
 	        --ExecutePreprocessor.record_timing=False "$$nb" || exit 1; \
 	done
 
-# Chromium for tests/browser (Debian's package; Playwright drives it, it downloads no browser).
-# Where it cannot be installed, the browser test fails and says why.
+# Chromium (Debian's package, or Ubuntu's snap) and fonts-noto-color-emoji, each when missing;
+# Playwright drives that Chromium and downloads no browser of its own.
 browser:
-	@if [ -x $(CHROMIUM) ]; then \
-	    echo "Browser for the browser test: $$($(CHROMIUM) --version 2>/dev/null || echo $(CHROMIUM))"; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "Installing Chromium for the browser test (apt-get, about 250 MB)"; \
-	    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-	        chromium fonts-noto-color-emoji; } || echo "apt-get failed: the browser test will fail"; \
-	else \
-	    echo "No $(CHROMIUM) and no way to install it here (needs root and apt-get): the browser"; \
-	    echo "test will fail. Install it: sudo apt-get install -y chromium"; \
-	fi
+	@bash tests/browser/install_browser.sh
 
 # Shows what it restores and removes first; keeps data/, .venv/ and notebooks you created.
 reset:

@@ -76,6 +76,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if NOTEBOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(NOTEBOOK_GROUP))
+            item.add_marker(pytest.mark.e2e)
 
 
 def pytest_report_header(config):

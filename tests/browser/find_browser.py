@@ -64,3 +64,11 @@ def profile_parent(chromium: Path, default: Path) -> Path:
     if is_snap(chromium):
         return Path.home() / "snap" / "chromium" / "common" / "workbook-browser-test"
     return default
+
+
+if __name__ == "__main__":  # `make browser`: print the Chromium found, or exit 1
+    import sys
+
+    found = find_chromium()
+    print(found if found else f"none (looked at {looked_at()})")
+    sys.exit(0 if found else 1)

@@ -1,16 +1,76 @@
-"""The browser test's own plumbing, without a browser: what it says when it cannot run, and the
-copy of the workbook it serves."""
+"""The browser test's own plumbing, without a browser: where it looks for Chromium, what it says
+when it finds none (skip outside CI, fail under CI=true), and the copy of the workbook it serves."""
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
+from tests.browser.find_browser import find_chromium, in_ci, is_snap, profile_parent
 from tests.browser.lab_server import browser_problem, make_workspace
 from tests.conftest import REPO_ROOT
 
 
+def fake_browser(path: Path, text: str = "#!/bin/sh\necho Chromium 1\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
 def test_a_missing_browser_is_named_with_the_fix(tmp_path):
-    problem = browser_problem(tmp_path / "no-chromium")
-    assert problem.startswith(f"no Chromium at {tmp_path / 'no-chromium'}")
-    assert "make browser" in problem and "apt-get install -y chromium" in problem
+    problem = browser_problem({"CHROMIUM": str(tmp_path / "no-chromium"), "PATH": ""})
+    assert problem.startswith(f"no Chromium found (looked at CHROMIUM={tmp_path / 'no-chromium'})")
+    assert "make browser" in problem and "snap install chromium" in problem
+
+
+def test_chromium_is_looked_for_in_order(tmp_path):
+    nowhere = (tmp_path / "usr-bin-chromium", tmp_path / "snap-bin-chromium")
+    bin_dir = tmp_path / "bin"
+    assert find_chromium({"PATH": str(bin_dir)}, fixed_places=nowhere) is None
+    chrome = fake_browser(bin_dir / "google-chrome")
+    assert find_chromium({"PATH": str(bin_dir)}, fixed_places=nowhere) == chrome
+    wrapper = fake_browser(bin_dir / "chromium-browser", "#!/bin/sh\nexec /snap/bin/chromium \"$@\"\n")
+    assert find_chromium({"PATH": str(bin_dir)}, fixed_places=nowhere) == wrapper
+    snap = fake_browser(nowhere[1])
+    assert find_chromium({"PATH": str(bin_dir)}, fixed_places=nowhere) == snap
+    debian = fake_browser(nowhere[0])
+    assert find_chromium({"PATH": str(bin_dir)}, fixed_places=nowhere) == debian
+    chosen = fake_browser(tmp_path / "mine" / "chrome")
+    assert find_chromium({"CHROMIUM": str(chosen)}, fixed_places=nowhere) == chosen
+    # a CHROMIUM that is not there is not quietly replaced by another browser
+    assert find_chromium({"CHROMIUM": str(tmp_path / "gone")}, fixed_places=nowhere) is None
+
+
+def test_a_snap_chromium_gets_its_profile_where_the_snap_may_write(tmp_path):
+    # Ubuntu's chromium-browser is a script that runs the snap, which cannot see /tmp.
+    wrapper = fake_browser(tmp_path / "chromium-browser", "#!/bin/sh\nexec /snap/bin/chromium \"$@\"\n")
+    debian = fake_browser(tmp_path / "chromium", "\x7fELF" + "x" * 100)
+    assert is_snap(wrapper) and not is_snap(debian)
+    assert profile_parent(wrapper, tmp_path) == Path.home() / "snap/chromium/common/workbook-browser-test"
+    assert profile_parent(debian, tmp_path) == tmp_path
+    assert in_ci({"CI": "true"}) and not in_ci({}) and not in_ci({"CI": "false"})
+
+
+def run_browser_selftest(tmp_path, **env_changes):
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env.update(CHROMIUM=str(tmp_path / "no-chromium"), **env_changes)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "-q",
+         "tests/browser/test_lab_notebooks.py::test_the_detector_catches_errors_broken_widgets_and_console_errors"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.e2e
+def test_without_a_browser_the_test_is_skipped_outside_ci_and_fails_under_ci(tmp_path):
+    skipped = run_browser_selftest(tmp_path)
+    assert skipped.returncode == 0, skipped.stdout[-2000:]
+    assert "1 skipped" in skipped.stdout and "browser test skipped: no Chromium found" in skipped.stdout
+    failed = run_browser_selftest(tmp_path, CI="true")
+    assert failed.returncode != 0, failed.stdout[-2000:]
+    assert "the browser test cannot run (CI=true): no Chromium found" in failed.stdout
 
 
 def test_the_served_notebooks_are_a_copy_beside_the_real_code(tmp_path):
