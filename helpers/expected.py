@@ -15,10 +15,10 @@ DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/"
 MLP_TUTORIAL = DOCS + "frameworks/torch/torch-neuronx/tutorials/training/mlp.html"
 DEV_GUIDE = (DOCS + "frameworks/torch/torch-neuronx/programming-guide/training/"
              "pytorch-neuron-programming-guide.html")
-CACHING = DOCS + "general/arch/neuron-features/neuron-caching.html"
+CACHING = DOCS + "about-neuron/arch/neuron-features/neuron-caching.html"
 PARALLEL_COMPILE = (DOCS + "frameworks/torch/torch-neuronx/api-reference-guide/training/"
                     "pytorch-neuron-parallel-compile.html")
-RUNTIME_CONFIG = DOCS + "neuron-runtime/nrt-configurable-parameters.html"
+RUNTIME_CONFIG = DOCS + "neuron-runtime/guides/configuration-guide.html"
 STAND_IN = "measured on the CPU stand-in (PJRT_DEVICE=CPU, torch-xla 2.9.0); tests/test_expected.py"
 BACKENDS = ("neuron", "xla-cpu", "cpu")
 BF16_MODES = ("fp32", "bf16", "bf16-sr", "bf16-master", "autocast")
@@ -52,6 +52,8 @@ _XLA_CPU = _facts(
                                        "load them (\"Deserializing serialized executable not "
                                        "supported\"); " + STAND_IN),
     first_run_new_entries_min=Fact(1, "a fresh, empty cache directory per notebook run; " + STAND_IN),
+    second_run_new_entries=Fact(0, "torch-xla finds its files there and writes none again; "
+                                + STAND_IN),
     precompile_mode=Fact("stand-in", "no neuron_parallel_compile without Neuron: "
                          "helpers/cache/precompile.py runs the trial alone"),
     gradient_reduce=Fact("gloo", "torch_xla's CPU client has no cross-process all-reduce: "
@@ -73,6 +75,7 @@ _NEURON = _facts(
     cache_reused_across_processes=Fact(True, f"{CACHING}: \"Using a cached neff at …\""),
     first_run_new_entries_min=Fact(0, f"{CACHING}: the Neuron cache is shared; notebook 02 already "
                                    "compiled train.py's graphs into it", inferred=True),
+    second_run_new_entries=Fact(0, f"{CACHING}: the second run reads every graph from the cache"),
     precompile_mode=Fact("neuron", PARALLEL_COMPILE),
     gradient_reduce=Fact("xla", f"{DEV_GUIDE}: xm.optimizer_step all-reduces the gradients "
                          "over the NeuronCores"),
