@@ -95,25 +95,30 @@ def pytest_report_header(config):
                      f"stand-in or neuron)"]
 
 
-_notebook_outcomes: list[str] = []
+_notebook_outcomes: dict[str, list[str]] = {"notebook_output": [], "notebook_output_neuron": []}
 
 
 def pytest_runtest_logreport(report):
     if report.when == "call":
-        _notebook_outcomes.extend(v for k, v in report.user_properties if k == "notebook_output")
+        for key, value in report.user_properties:
+            if key in _notebook_outcomes:
+                _notebook_outcomes[key].append(value)
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not _notebook_outcomes:
-        return
     from collections import Counter
 
     from tests.notebook_outputs import outputs_mode
 
-    counts = Counter(_notebook_outcomes)
-    compared = counts.pop("compared", 0)
-    terminalreporter.write_sep("-", f"notebook outputs ({outputs_mode()} mode)")
-    terminalreporter.write_line(f"{compared} code cells compared with the committed outputs, "
-                                f"{sum(counts.values())} not compared:")
-    for why, n in sorted(counts.items()):
-        terminalreporter.write_line(f"  {n:4d}  {why}")
+    titles = {"notebook_output": f"notebook outputs ({outputs_mode()} mode)",
+              "notebook_output_neuron": "notebook outputs, the same run in the Neuron mode"}
+    for key, outcomes in _notebook_outcomes.items():
+        if not outcomes:
+            continue
+        counts = Counter(outcomes)
+        compared = counts.pop("compared", 0)
+        terminalreporter.write_sep("-", titles[key])
+        terminalreporter.write_line(f"{compared} code cells compared with the committed outputs, "
+                                    f"{sum(counts.values())} not compared:")
+        for why, n in sorted(counts.items()):
+            terminalreporter.write_line(f"  {n:4d}  {why}")

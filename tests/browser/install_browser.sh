@@ -14,7 +14,7 @@ elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
 else
     SUDO="none"
 fi
-os_id="$(. /etc/os-release 2>/dev/null && echo "${ID:-}")"
+os_id="$(. "${OS_RELEASE:-/etc/os-release}" 2>/dev/null && echo "${ID:-}")"
 apt_updated=""
 
 run_as_root() {  # run_as_root <what> <command...>: run it, or say how when we cannot
@@ -29,6 +29,11 @@ run_as_root() {  # run_as_root <what> <command...>: run it, or say how when we c
 
 apt_install() {  # apt_install <package...>
     command -v apt-get >/dev/null || { echo "No apt-get here: install $* by hand"; return 1; }
+    if [ "$SUDO" = none ]; then
+        echo "Not root and no password-less sudo: install $* yourself:" \
+             "sudo apt-get update && sudo apt-get install -y $*"
+        return 1
+    fi
     if [ -z "$apt_updated" ]; then
         run_as_root "the package lists" apt-get update -q || return 1
         apt_updated=1

@@ -86,3 +86,46 @@ def test_the_served_notebooks_are_a_copy_beside_the_real_code(tmp_path):
     first.write_text(json.dumps({"overwritten": True}))
     assert (REPO_ROOT / "notebooks" / names[0]).read_bytes() == original, "the repo's stays as it was"
     assert not (tmp_path / "workbook" / ".git").exists(), "no git in the copy: nothing to commit by mistake"
+
+
+# ---- make browser (tests/browser/install_browser.sh), with the system's tools replaced by fakes
+# that log their arguments: what it would install, as root, on Debian and on Ubuntu
+
+def run_make_browser(tmp_path, os_id: str, uid: str = "0", emoji_installed: bool = False):
+    fakes, log = tmp_path / "fakes", tmp_path / "calls.log"
+    fakes.mkdir()
+    status = "install ok installed" if emoji_installed else "unknown ok not-installed"
+    scripts = {"id": f"echo {uid}", "dpkg-query": f"echo '{status}'", "fc-list": "true",
+               "apt-get": f'echo "apt-get $*" >> {log}', "snap": f'echo "snap $*" >> {log}',
+               "sudo": "exit 1"}
+    for name, body in scripts.items():
+        fake_browser(fakes / name, f"#!/bin/sh\n{body}\n")
+    os_release = tmp_path / "os-release"
+    os_release.write_text(f"ID={os_id}\n")
+    env = {"PATH": f"{fakes}:/usr/bin:/bin", "HOME": str(tmp_path), "CHROMIUM": str(tmp_path / "none"),
+           "OS_RELEASE": str(os_release)}
+    result = subprocess.run(["bash", "tests/browser/install_browser.sh"], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout, log.read_text() if log.exists() else ""
+
+
+def test_make_browser_installs_chromium_and_the_emoji_font_on_debian(tmp_path):
+    out, calls = run_make_browser(tmp_path, "debian")
+    assert "apt-get install -y -q chromium" in calls
+    assert "apt-get install -y -q fonts-noto-color-emoji" in calls
+    assert calls.count("apt-get update") == 1
+
+
+def test_make_browser_uses_the_snap_on_ubuntu_and_still_adds_the_font(tmp_path):
+    out, calls = run_make_browser(tmp_path, "ubuntu")
+    assert "snap install chromium" in calls and "install -y -q chromium" not in calls
+    assert "apt-get install -y -q fonts-noto-color-emoji" in calls
+
+
+def test_make_browser_as_a_user_without_sudo_says_what_to_run(tmp_path):
+    out, calls = run_make_browser(tmp_path, "ubuntu", uid="1000")
+    assert calls == ""
+    assert "install Chromium (a snap on Ubuntu) yourself: sudo snap install chromium" in out
+    assert "sudo apt-get install -y fonts-noto-color-emoji" in out
+    assert "No Chromium: make test skips the browser test (under CI=true it fails)." in out

@@ -1,7 +1,8 @@
 """Every code cell's committed outputs against this session's one execution of its notebook (the
 browser run's saved file; nbclient's where no browser is found outside CI), compared by nbval's
 own comparison with tests/nbval_sanitize.cfg: see tests/notebook_outputs.py for the markers and
-the Neuron mode. The session ends with a count of the cells compared and not compared, and why."""
+the Neuron mode. The session ends with a count of the cells compared and not compared, and why;
+on the stand-in also with what the Neuron mode made of the same execution."""
 from __future__ import annotations
 
 import pytest
@@ -31,5 +32,10 @@ def test_output_matches_the_committed_one(executed_notebooks, committed, sanitiz
                                           index, record_property):
     executed = code_cells(read_notebook(executed_notebooks(notebook)))
     assert len(executed) == len(committed[notebook]), f"{notebook}: the run has other cells"
-    outcome = compare_cell(committed[notebook][index], executed[index], sanitizer, outputs_mode())
-    record_property("notebook_output", outcome)
+    mode = outputs_mode()
+    record_property("notebook_output", compare_cell(committed[notebook][index], executed[index],
+                                                    sanitizer, mode))
+    if mode == "stand-in":
+        # The Neuron mode on the same execution, so CI exercises it at no cost.
+        record_property("notebook_output_neuron", compare_cell(
+            committed[notebook][index], executed[index], sanitizer, "neuron"))
