@@ -156,3 +156,17 @@ def add_quantity(name: str, *, neuron: Fact, xla_cpu: Fact, cpu: Fact | None = N
     if name in _XLA_CPU:
         raise ValueError(f"quantity {name!r} is already defined in helpers/expected.py")
     _NEURON[name], _XLA_CPU[name], _CPU[name] = neuron, xla_cpu, cpu or xla_cpu
+
+
+# --- Notebook 06 (look inside a run; helper D) ------------------------------------------------
+_MONITOR_GUIDE = DOCS + "tools/neuron-sys-tools/neuron-monitor-user-guide.html"
+add_quantity(
+    "utilization_source",
+    neuron=Fact("neuron-monitor", f"{_MONITOR_GUIDE}: neuroncore_counters.neuroncores_in_use"
+                "[<core>].neuroncore_utilization and memory_used per Neuron runtime"),
+    xla_cpu=Fact("psutil", "no NeuronCore to measure: each torchrun worker's CPU % and RSS "
+                 "(helpers/utilization.py)"))
+add_quantity(
+    "runs_neuron_tools",
+    neuron=Fact(True, DOCS + "tools/neuron-explorer/how-to-profile-workload.html"),
+    xla_cpu=Fact(False, "neuron-monitor and neuron-explorer need the Neuron driver and runtime"))
