@@ -197,6 +197,11 @@ GRAPH_HASH_LINE = re.compile(r"Graph Hash:\s*([0-9a-f]+)")
 
 def graph_hashes(output) -> list[str]:
     """The hash of every graph compiled, in order, from a run's output under
-    PT_XLA_DEBUG_LEVEL=1 (torch_xla prints a "Compilation Analysis" block per compile)."""
+    PT_XLA_DEBUG_LEVEL=1 (torch_xla prints a "Compilation Analysis" block per compile).
+
+    These are torch-xla's lazy-tensor graph hashes, its in-memory cache key: they mix in XLA's
+    configuration, so another CPU gives others for the same script. Compare them within one
+    machine; never commit them. The Neuron cache is keyed differently (MODULE_<HLO hash>+<flags hash>).
+    """
     text = output if isinstance(output, str) else "\n".join(output)
     return GRAPH_HASH_LINE.findall(text)
