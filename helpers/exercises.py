@@ -314,3 +314,32 @@ def check_repeated_small_adds(predicted_nearest, predicted_stochastic) -> Feedba
                         f"{measured['exact']:.4g}). That is why BF16 training needs stochastic "
                         "rounding or FP32 master weights.")
     return Feedback(name, WRONG, f"you said {predicted_nearest} and {predicted_stochastic}.", hint)
+
+
+# --------------------------------------------------------------------------- 06 · inside a run
+# (added by notebook 06's owner)
+
+def compile_cost_in_epochs() -> float:
+    """Epochs of the tutorial's 2-worker run that cost as much as its first compile."""
+    from helpers.cost import epoch_seconds, load_cost_data
+
+    data = load_cost_data()
+    two_workers = next(r for r in data["published_runs"] if r["workers"] == 2)
+    return data["published_first_compile_s"]["seconds"] / epoch_seconds(
+        two_workers["throughput_it_s"], two_workers["workers"])
+
+
+def check_compile_cost_in_epochs(predicted) -> Feedback:
+    """06, exercise 1: the first compile's time over one 2-worker epoch's (the price cancels)."""
+    name = "Exercise 06.1 (when the first compile pays for itself)"
+    measured = compile_cost_in_epochs()
+    hint = ("Cost is time x price for both, so the price cancels: divide the compile's seconds by "
+            "epoch_seconds() of the published 2-worker run (its throughput per worker, 2 workers).")
+    guess = _number(predicted)
+    if guess is None:
+        return Feedback(name, NOT_YET, "set epochs_per_compile, then run this cell.", hint)
+    if abs(guess - measured) <= 0.1 * measured:
+        return Feedback(name, RIGHT, f"about {measured:.0f} epochs: on a model this small the "
+                        "compile costs more than a long training run, whatever the price per "
+                        "hour. The compile cache (notebook 03) is where the money is.")
+    return Feedback(name, WRONG, f"you said {predicted}; that is off by more than 10 %.", hint)
