@@ -8,7 +8,8 @@
 #   make notebooks  re-execute the notebooks in place on this machine, committing-ready
 #   make browser    Chromium and the emoji font for the browser test, when missing (make test runs it)
 #   make reset      notebooks back to their committed state, checkpoints/results removed (data kept)
-#   make classroom-cache                  precompile every graph the workbook traces, one archive
+#   make classroom-cache                  run every notebook into one compile cache, one archive
+#   make classroom-check                  a student's pass: does it compile a graph the cache lacks?
 #   make classroom-import ARCHIVE=<file>  load that archive into this machine's compile cache
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -30,7 +31,7 @@ LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 PYTEST_ARGS ?=
 CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
 
-.PHONY: lab test test-quick bench data notebooks venv clean-venv browser reset classroom-cache classroom-import
+.PHONY: lab test test-quick bench data notebooks venv clean-venv browser reset classroom-cache classroom-check classroom-import
 
 venv: $(STAMP)
 
@@ -83,8 +84,14 @@ browser:
 reset:
 	$(PY) -m helpers.classroom reset $(if $(filter 1,$(YES)),--yes)
 
+# Runs every notebook and exercise solution as a student would (about as long as the whole
+# workbook), compiling each graph once into one fresh cache; prints how many graphs it holds.
 classroom-cache: data
 	$(PY) -m helpers.classroom cache --archive $(CLASSROOM_ARCHIVE)
+
+# The same pass again, checked against what classroom-cache recorded: 0 graphs outside it.
+classroom-check: data
+	$(PY) -m helpers.classroom check
 
 classroom-import: venv
 	@if [ -z "$(ARCHIVE)" ]; then \

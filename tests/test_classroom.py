@@ -10,7 +10,7 @@ import pytest
 from helpers.cache.demo import build_demo_cache
 from helpers.cache.location import CACHE_URL_ENV
 from helpers.cache.scan import scan_cache
-from helpers.classroom import ClassroomRun, build_classroom_cache, classroom_runs, reset
+from helpers.classroom import reset
 from tests.conftest import REPO_ROOT
 
 STAMP = ".venv/.requirements-stamp"  # make -o: do not re-install the venv inside a test
@@ -91,34 +91,16 @@ def test_make_reset_passes_yes_only_when_asked():
     assert "--yes" not in plan
 
 
-def test_the_classroom_runs_cover_every_script_the_notebooks_run():
-    scripts = set()
-    for path in REPO_ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"):
-        for cell in json.loads(path.read_text())["cells"]:
-            if cell["cell_type"] == "code":
-                scripts |= set(re.findall(r"mnist_mlp/(train\w*)\.py", "".join(cell["source"])))
-    scripts.discard("train_cpu")  # plain PyTorch: nothing to compile
-    assert scripts, "the notebooks run no training script?"
-    covered = {run.script.removeprefix("mnist_mlp/").removesuffix(".py") for run in classroom_runs()}
-    assert scripts <= covered, f"not precompiled for the classroom: {sorted(scripts - covered)}"
-    assert {run.nproc_per_node for run in classroom_runs() if "torchrun" in run.script} == {1, 2}
+def test_make_classroom_cache_and_check_run_the_classroom_pass():
+    assert "-m helpers.classroom cache --archive build/classroom-cache.tar.gz" in make_plan("classroom-cache")
+    assert "-m helpers.classroom check" in make_plan("classroom-check")
 
 
-def test_classroom_cache_on_the_stand_in_runs_the_trials_and_says_what_would_compile(tmp_path):
-    said = []
-    archive = tmp_path / "classroom.tar.gz"
-    runs = [ClassroomRun("02", "mnist_mlp/train.py"),
-            ClassroomRun("04", "mnist_mlp/train_torchrun.py", (), 2)]
-    code = build_classroom_cache(archive, backend="xla-cpu", runs=runs, trial_steps=3,
-                                 scratch=tmp_path / "runs", on_line=said.append)
-    assert code == 0
-    text = "\n".join(said)
-    table = text[text.index("graphs traced (would compile)"):].splitlines()
-    rows = {line.split("  ")[0]: int(line.split()[-1]) for line in table[2:4]}
-    assert set(rows) == {"02", "04"} and all(n >= 1 for n in rows.values()), table
-    assert "neuron_parallel_compile" in text, "says what Trainium would run"
-    assert "no archive is written" in text and not archive.exists()
-    assert (tmp_path / "runs").is_dir(), "the trials wrote their results to the scratch dir"
+def test_classroom_check_without_a_record_says_to_make_the_cache_first(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "helpers.classroom", "check", "--record",
+                           str(tmp_path / "graphs.json")], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1 and "run `make classroom-cache` first" in done.stderr
 
 
 def test_make_classroom_import_loads_an_exported_archive(tmp_path):
@@ -156,5 +138,5 @@ def test_make_lab_listens_where_told_and_allows_root_only_as_root():
 
 def test_make_test_installs_the_browser_before_pytest():
     plan = make_plan("test")
-    assert "Browser for the browser test" in plan and "apt-get install" in plan
-    assert plan.index("apt-get install") < plan.index("-m pytest tests")
+    assert "install_browser.sh" in plan, plan
+    assert plan.index("install_browser.sh") < plan.index("-m pytest")
