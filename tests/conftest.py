@@ -20,9 +20,9 @@ def mnist_root():
 @pytest.fixture
 def script_env():
     """Environment for running the scripts as a user would: no PJRT_DEVICE preset, warnings on."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PJRT_DEVICE", "CHECKPOINT_DIR")}
-    env["PYTHONWARNINGS"] = "default"  # a DeprecationWarning would show in the output
-    return env
+    from tests.script_runs import script_environment
+
+    return script_environment()
 
 
 PYTHON = sys.executable
@@ -122,3 +122,33 @@ def pytest_terminal_summary(terminalreporter):
                                     f"{sum(counts.values())} not compared:")
         for why, n in sorted(counts.items()):
             terminalreporter.write_line(f"  {n:4d}  {why}")
+    if _notebook_outcomes["notebook_output"]:
+        slowest_notebook_cells(terminalreporter)
+
+
+def slowest_notebook_cells(terminalreporter, count: int = 12) -> None:
+    """The run's slowest notebook cells, from the timings the executed notebooks keep."""
+    from tests.browser.conftest import EXECUTED
+    from tests.notebook_outputs import cell_seconds, read_notebook
+
+    timed = []
+    for path in sorted(EXECUTED.glob("[0-9][0-9]_*.ipynb")):
+        timed += [(s, f"{path.name} cell {i}: {first}") for i, s, first in cell_seconds(read_notebook(path))]
+    if timed:
+        terminalreporter.write_sep("-", f"slowest notebook cells (of {len(timed)}, "
+                                        f"{sum(s for s, _ in timed):.0f} s in all)")
+        for seconds, what in sorted(timed, reverse=True)[:count]:
+            terminalreporter.write_line(f"{seconds:7.1f} s  {what}")
+
+
+# --------------------------------------------------------------------------- stage-script runs
+# (helper A's block) Each distinct stage-script command line runs once per session and is shared
+# by the tests that read it: tests/script_runs.py names them.
+
+
+@pytest.fixture(scope="session")
+def script_runs(tmp_path_factory, mnist_root):
+    """script_runs["xla long"] -> the ScriptRun of that command line (run on first use)."""
+    from tests.script_runs import ScriptRuns
+
+    return ScriptRuns(tmp_path_factory.mktemp("script-runs"))

@@ -99,12 +99,17 @@ def _nbval_comparer(patterns, config=None):
 
 
 def _assertrepr(config, left, right) -> list[str]:
+    """A unified diff of committed and this run's text; long lines cut to where they differ."""
     import difflib
 
-    if isinstance(left, str) and isinstance(right, str):
-        return ["committed != this run",
-                *(line.rstrip("\n") for line in difflib.ndiff(left.splitlines(), right.splitlines()))]
-    return [f"{left!r} != {right!r}"]
+    if not (isinstance(left, str) and isinstance(right, str)):
+        return [f"{left!r} != {right!r}"]
+    old, new = left.splitlines(), right.splitlines()
+    for i, (a, b) in enumerate(zip(old, new)):
+        if a != b and max(len(a), len(b)) > 160:
+            start = max(0, next(k for k, (x, y) in enumerate(zip(a + "\0", b + "\1")) if x != y) - 60)
+            old[i], new[i] = f"[from char {start}] " + a[start:start + 160], f"[from char {start}] " + b[start:start + 160]
+    return ["committed != this run", *difflib.unified_diff(old, new, "committed", "this run", lineterm="")]
 
 
 def compare_cell(committed, executed, patterns, mode: str = "stand-in") -> str:
@@ -138,3 +143,22 @@ def compare_cell(committed, executed, patterns, mode: str = "stand-in") -> str:
 
 def read_notebook(path: Path):
     return nbformat.read(str(path), as_version=4)
+
+
+def cell_seconds(nb) -> list[tuple[int, float, str]]:
+    """(code cell index, seconds, first line) from the timings JupyterLab (recordTiming) and
+    nbclient keep in each executed cell's metadata."""
+    from datetime import datetime
+
+    timed = []
+    for index, cell in enumerate(code_cells(nb)):
+        execution = cell.get("metadata", {}).get("execution", {})
+        start = execution.get("iopub.execute_input") or execution.get("iopub.status.busy")
+        end = execution.get("shell.execute_reply") or execution.get("iopub.status.idle")
+        if start and end:
+            seconds = (datetime.fromisoformat(end.replace("Z", "+00:00"))
+                       - datetime.fromisoformat(start.replace("Z", "+00:00"))).total_seconds()
+            first = next((line for line in cell.source.splitlines()
+                          if line.strip() and not line.startswith("#")), "")
+            timed.append((index, seconds, first[:70]))
+    return timed

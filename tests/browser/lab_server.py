@@ -24,9 +24,12 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-dev-shm-usage"]
 
 # JupyterLab settings for the test's own settings dir: render every cell (so the whole notebook
-# is in the page to inspect) and fetch no news or updates (no network here).
+# is in the page to inspect), record cell timings, and fetch no news or updates (no network here).
 LAB_SETTINGS = {
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    # recordTiming: each executed cell keeps its start and end in its metadata (the slowest
+    # cells are listed at the end of make test; nbval never compares metadata).
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none",
+                                                                   "recordTiming": True},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
         "fetchNews": "false", "checkForUpdates": False},
 }
