@@ -262,10 +262,7 @@ class UtilizationMonitor:
         return out
 
     def figure(self):
-        import matplotlib
-
-        matplotlib.use("agg", force=False)
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # not pyplot: drawn from a thread, no GUI needed
 
         fig = Figure(figsize=(7.6, 2.6))
         busy_ax, memory_ax = fig.subplots(1, 2)
@@ -287,6 +284,12 @@ class UtilizationMonitor:
         busy_ax.set_ylim(bottom=0)
         fig.tight_layout()
         return fig
+
+    def snapshot(self):
+        """The plot as it stands, as an image to keep in the notebook's saved output."""
+        from IPython.display import Image
+
+        return Image(data=self.render_png(), format="png")
 
     def render_png(self) -> bytes:
         buffer = io.BytesIO()
