@@ -151,3 +151,24 @@ def test_no_helper_logic_defined_in_the_notebook(notebook):
     assert len(teaching_cells) <= 1, (
         f"{path.name}: cells {teaching_cells} are all marked {TEACHING_DEF_MARKER!r}; "
         f"one per notebook at most: move the others to helpers/")
+
+
+MARKER_LIKE = re.compile(r"^\s*#\s*((?:NBVAL|BACKEND)_[A-Z_]*)\b(.*)$", re.MULTILINE)
+
+
+def test_output_markers_are_spelled_as_the_comparison_reads_them(notebook):
+    # A misspelt marker would leave a cell compared (or not) without anyone noticing.
+    from nbval.plugin import comment_markers
+
+    from tests.notebook_outputs import BACKEND_MARKER, BACKEND_MARKER_LINE
+
+    path, nb = notebook
+    for index, cell in enumerate(code_cells(nb)):
+        for name, rest in MARKER_LIKE.findall(cell.source):
+            where = f"{path.name} code cell {index}: '# {name}{rest}'"
+            if name == BACKEND_MARKER:
+                assert BACKEND_MARKER_LINE.search(f"# {name}{rest}"), (
+                    f"{where}: write '# {BACKEND_MARKER}: <why the output depends on the backend>'")
+            else:
+                assert name in comment_markers and not rest.strip(), (
+                    f"{where}: nbval knows only {sorted(comment_markers)}, alone on their line")
