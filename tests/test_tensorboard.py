@@ -1,0 +1,125 @@
+"""helpers/tensorboard.py against a real TensorBoard serving a real run's scalars and profiler
+trace (train.py --tensorboard --profile on the CPU stand-in): what it serves, where it listens,
+and that it never outlives its kernel."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.parse
+
+import psutil
+import pytest
+
+from helpers.tensorboard import (LOSS_TAG, TensorBoard, TensorBoardError, step_names,
+                                 trace_viewer_path)
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory, mnist_root):
+    """A short train.py run: scalars under train/, a 2-step trace under train/plugins/profile/."""
+    root = tmp_path_factory.mktemp("tb")
+    run = root / "train"
+    env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
+    done = subprocess.run(
+        [sys.executable, "mnist_mlp/train.py", "--steps-this-run", "6", "--tensorboard", str(run),
+         "--profile", str(run), "--profile-steps", "2", "--checkpoint-dir", str(root / "ckpt"),
+         "--data-dir", str(mnist_root)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def board(logdir):
+    tb = TensorBoard(logdir).start()
+    yield tb
+    pid = tb.proc.pid
+    tb.stop()
+    tb.stop()  # a second stop does nothing
+    assert _gone(pid, timeout=10)
+
+
+def test_listens_on_loopback_only(board):
+    listening = [c.laddr for c in psutil.Process(board.proc.pid).net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN]
+    assert listening and {a.ip for a in listening} == {"127.0.0.1"}, listening
+    assert {a.port for a in listening} == {board.port}
+
+
+def test_serves_the_runs_scalars_and_trace(board):
+    tags = board.wait_for("scalars", lambda: board.scalar_tags().get("train"))
+    assert LOSS_TAG in tags
+    assert [step for step, _ in board.scalars("train", LOSS_TAG)] == [1]
+    runs = board.wait_for("profile", board.profile_runs)
+    assert len(runs) == 1 and runs[0].startswith("train/")
+    host = board.profile_hosts(runs[0])[0]
+    assert step_names(board.trace_events(runs[0], host)) == ["train_step 3", "train_step 4"]
+
+
+def test_trace_viewer_page_finds_its_data_by_a_relative_address(board):
+    run = board.wait_for("profile", board.profile_runs)[0]
+    host = board.profile_hosts(run)[0]
+    page = trace_viewer_path(run, host)
+    assert b"<html" in board.get(page).lower()
+    data_url = urllib.parse.parse_qs(urllib.parse.urlparse(page).query)["trace_data_url"][0]
+    assert not data_url.startswith("/"), "relative, so it resolves under /proxy/<port>/ too"
+    resolved = urllib.parse.urljoin("/" + page, data_url).lstrip("/")
+    assert "traceEvents" in json.loads(board.get(resolved))
+
+
+def test_addresses_and_the_magic_go_through_the_proxy(board, monkeypatch):
+    assert board.proxy_url("#scalars") == f"/proxy/{board.port}/#scalars"
+    assert board.local_url() == f"http://127.0.0.1:{board.port}/"
+    assert os.environ["TENSORBOARD_PROXY_URL"] == "/proxy/%PORT%/"
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/ada/")
+    assert board.proxy_url() == f"/user/ada/proxy/{board.port}/"
+
+
+def test_a_port_in_use_fails_with_tensorboards_own_words(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        board = TensorBoard(tmp_path, port=taken.getsockname()[1])
+        with pytest.raises(TensorBoardError) as err:
+            board.start(timeout=60)
+    assert "exited" in str(err.value) and str(board.port) in str(err.value)
+    assert not board.running
+
+
+def _gone(pid: int, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.parametrize("ending", ["exit", "SIGKILL"])
+def test_tensorboard_does_not_outlive_its_kernel(tmp_path, ending):
+    # A "kernel": a Python process that starts TensorBoard, says its pid, then ends normally
+    # (atexit) or is killed outright (the child's parent-death signal).
+    code = textwrap.dedent(f"""
+        import os, signal, sys, time
+        from helpers.tensorboard import TensorBoard
+        board = TensorBoard({str(tmp_path)!r}).start()
+        print(board.proc.pid, flush=True)
+        if {ending!r} == "SIGKILL":
+            os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    kernel = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=180)
+    pid = int(kernel.stdout.split()[0])
+    if ending == "SIGKILL":
+        assert kernel.returncode == -signal.SIGKILL
+    assert _gone(pid), f"TensorBoard (pid {pid}) still runs after its kernel ended ({ending})"
