@@ -1,0 +1,69 @@
+"""helpers/cost.py and its data file: every figure has its source and date, the arithmetic of
+time and cost per epoch, and a clear error for a data file that lacks them."""
+import json
+import math
+
+import pytest
+
+from helpers.cost import (COST_DATA, cost_rows, epoch_seconds, format_cost_rows, load_cost_data,
+                          price, steps_per_epoch)
+from mnist_mlp.results import RunResults
+
+
+def test_every_price_and_published_figure_is_sourced_and_dated():
+    data = load_cost_data()
+    for entry in data["prices"]:
+        assert entry["source"].startswith("https://") and entry["as_of"][:2] == "20"
+    for run in data["published_runs"]:
+        assert run["source"].startswith("https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/")
+    assert "/en/latest/" not in COST_DATA.read_text()
+    assert price().usd_per_hour == 1.34 and "neuron-workshops" in price().cite()
+
+
+def test_steps_and_time_per_epoch():
+    assert steps_per_epoch(1) == 1875 and steps_per_epoch(2) == 937
+    assert epoch_seconds(187.5, 1) == pytest.approx(10.0)
+    assert math.isnan(epoch_seconds(float("nan"), 1)) and math.isnan(epoch_seconds(0, 1))
+
+
+def result(stage, throughput, workers=1):
+    return RunResults(stage=stage, backend="neuron", world_size=workers, epochs=1, steps=1875,
+                      batch_size=32, lr=0.01, loader="fast", throughput_it_s=throughput,
+                      final_loss=0.3, test_accuracy=0.9, wall_time_s=20.0, loss_history=[])
+
+
+def test_stand_in_times_get_no_price_and_neuron_ones_do():
+    results = {"xla": result("xla", 187.5)}
+    stand_in = cost_rows(results, on_neuron=False)
+    assert stand_in[0]["epoch_s"] == pytest.approx(10.0) and stand_in[0]["usd_per_epoch"] is None
+    neuron = cost_rows(results, on_neuron=True)
+    assert neuron[0]["usd_per_epoch"] == pytest.approx(10.0 * 1.34 / 3600)
+    published = [r for r in neuron if r["from"].startswith("AWS")]
+    assert [r["workers"] for r in published] == [1, 1, 2]
+    cheapest = min(published, key=lambda r: r["usd_per_epoch"])
+    assert cheapest["workers"] == 2, "both NeuronCores of the instance it pays for"
+    table = format_cost_rows(stand_in)
+    assert "n/a (not a trn1)" in table and "$0.00" in table
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d["prices"][0].pop("source"), "prices[0] lacks source"),
+    (lambda d: d["published_runs"][1].pop("throughput_it_s"), "published_runs[1] lacks throughput_it_s"),
+    (lambda d: d.update(prices=[]), "prices[0] lacks"),
+])
+def test_a_figure_without_its_source_is_refused(tmp_path, edit, says):
+    data = load_cost_data()
+    edit(data)
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=says.replace("[", r"\[").replace("]", r"\]")):
+        load_cost_data(path)
+
+
+def test_unreadable_file_and_unknown_instance_say_what_to_do(tmp_path):
+    bad = tmp_path / "costs.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read the cost data"):
+        load_cost_data(bad)
+    with pytest.raises(KeyError, match="add one, with its source and date"):
+        price("trn2.48xlarge")

@@ -1,0 +1,30 @@
+"""helpers/neuron_explorer.py: the Neuron Explorer command lines notebook 06 shows, as the
+Neuron 2.31 guides give them (Capture profiles, Get started, Migration)."""
+import shlex
+
+from helpers.neuron_explorer import DOCS, capture_env, commands, summary_argv
+
+
+def test_links_are_pinned_to_the_release():
+    assert all(url.startswith("https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/")
+               for url in DOCS.values())
+
+
+def test_environment_capture_sets_the_documented_variables():
+    env = capture_env("out")
+    assert env == {"NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_OUTPUT_DIR": "out",
+                   "XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"}
+
+
+def test_command_lines():
+    lines = {k: shlex.split(v) for k, v in commands("prof dir", steps=12).items()}
+    env_capture = lines["capture a run (environment variables)"]
+    assert "NEURON_RT_INSPECT_OUTPUT_DIR=prof dir" in env_capture
+    assert env_capture[-4:] == ["python", "mnist_mlp/train.py", "--steps-this-run", "12"]
+    assert lines["capture a run (CLI wrapper)"][:4] == ["neuron-explorer", "inspect", "-o", "prof dir"]
+    assert lines["summary in the terminal"] == ["neuron-explorer", "view", "-d", "prof dir",
+                                                "--output-format", "summary-text"]
+    assert lines["summary in the terminal"] == summary_argv("prof dir")
+    assert lines["profile one compiled graph (NEFF) on its own"] == [
+        "neuron-explorer", "capture", "-n", "file.neff", "-s", "profile.ntff"]
+    assert not any("neuron-profile" in " ".join(v) for v in lines.values()), "the old tool"
