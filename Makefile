@@ -51,9 +51,13 @@ $(STAMP): $(REQUIREMENTS) pyproject.toml
 data: $(STAMP)
 	$(PY) -m mnist_mlp.download
 
-# The venv's bin/ first on PATH: kernels and what they start find its torchrun, neuronx-cc and
-# neuron_parallel_compile by name without `source .venv/bin/activate`.
+# The venv's bin/ first on PATH: kernels and what they start find its torchrun, neuronx-cc,
+# neuron_parallel_compile and tensorboard (`%tensorboard`) by name without activating the venv.
+# jupyter-server-proxy, a server extension the venv enables when it installs, serves
+# /proxy/<port>/: notebook 06 shows its TensorBoard there, so the one SSH tunnel to the lab is enough.
 lab: data
+	@$(PY) -c 'import jupyter_server_proxy' 2>/dev/null || \
+	    { echo "jupyter-server-proxy is missing from $(VENV): run make venv" >&2; exit 1; }
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
 	    --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT_FLAG)
 

@@ -15,6 +15,7 @@ import atexit
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +47,14 @@ def jupyter_base_url() -> str:
 def enable_magic_through_proxy() -> None:
     """Make `%tensorboard` embed its frame through jupyter-server-proxy (in this kernel)."""
     os.environ["TENSORBOARD_PROXY_URL"] = jupyter_base_url().rstrip("/") + PROXY_URL_TEMPLATE
+
+
+def scratch_directory(prefix: str, parent=None) -> Path:
+    """A new temporary directory for a notebook's logs and traces, removed when the kernel
+    exits (after the TensorBoard started later on it has stopped: atexit runs last-in first)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec (Linux only)

@@ -111,15 +111,18 @@ def test_tensorboard_does_not_outlive_its_kernel(tmp_path, ending):
     # (atexit) or is killed outright (the child's parent-death signal).
     code = textwrap.dedent(f"""
         import os, signal, sys, time
-        from helpers.tensorboard import TensorBoard
-        board = TensorBoard({str(tmp_path)!r}).start()
-        print(board.proc.pid, flush=True)
+        from helpers.tensorboard import TensorBoard, scratch_directory
+        logs = scratch_directory("nb06-test-", {str(tmp_path)!r})
+        board = TensorBoard(logs).start()
+        print(board.proc.pid, logs, flush=True)
         if {ending!r} == "SIGKILL":
             os.kill(os.getpid(), signal.SIGKILL)
         """)
     kernel = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                             text=True, timeout=180)
-    pid = int(kernel.stdout.split()[0])
+    pid, logs = kernel.stdout.split()[:2]
+    assert _gone(int(pid)), f"TensorBoard (pid {pid}) still runs after its kernel ended ({ending})"
     if ending == "SIGKILL":
-        assert kernel.returncode == -signal.SIGKILL
-    assert _gone(pid), f"TensorBoard (pid {pid}) still runs after its kernel ended ({ending})"
+        assert kernel.returncode == -signal.SIGKILL  # no atexit: the scratch directory stays
+    else:
+        assert not os.path.exists(logs), "the scratch directory goes with the kernel"
