@@ -126,7 +126,11 @@ def assert_lines(path):
         code_number += 1
         source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
                            for line in cell.source.splitlines())
-        for node in ast.walk(ast.parse(source)):
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as err:
+            raise AssertionError(f"{path.name} code cell {code_number} does not parse: {err}") from None
+        for node in ast.walk(tree):
             if isinstance(node, ast.Assert):
                 yield code_number, ast.get_source_segment(source, node.test)
 
