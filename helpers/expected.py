@@ -16,6 +16,7 @@ MLP_TUTORIAL = DOCS + "frameworks/torch/torch-neuronx/tutorials/training/mlp.htm
 DEV_GUIDE = (DOCS + "frameworks/torch/torch-neuronx/programming-guide/training/"
              "pytorch-neuron-programming-guide.html")
 CACHING = DOCS + "about-neuron/arch/neuron-features/neuron-caching.html"
+BERT_TUTORIAL = DOCS + "frameworks/torch/torch-neuronx/tutorials/training/bert.html"
 PARALLEL_COMPILE = (DOCS + "frameworks/torch/torch-neuronx/api-reference-guide/training/"
                     "pytorch-neuron-parallel-compile.html")
 RUNTIME_CONFIG = DOCS + "neuron-runtime/guides/configuration-guide.html"
@@ -71,7 +72,7 @@ _NEURON = _facts(
                      f"{MLP_TUTORIAL}: as train.py, one loop per mode", inferred=True),
     trial_graphs=_NEURON_TRAIN_GRAPHS,
     cache_layouts=Fact(frozenset({"neuronxcc", "legacy"}), f"{CACHING}: neuronxcc-<version>/"
-                       "MODULE_<hash>+<flags>/ entries; USER_neuroncc-* from the 2022 SDKs"),
+                       f"MODULE_<hash>+<flags>/ entries; {MLP_TUTORIAL}: USER_neuroncc-* (2022 SDK)"),
     cache_reused_across_processes=Fact(True, f"{CACHING}: \"Using a cached neff at …\""),
     first_run_new_entries_min=Fact(0, f"{CACHING}: the Neuron cache is shared; notebook 02 already "
                                    "compiled train.py's graphs into it", inferred=True),
@@ -84,9 +85,11 @@ _NEURON = _facts(
     kernel_holds_core_after_xla=Fact(True, f"{RUNTIME_CONFIG}: the runtime takes its NeuronCores "
                                      "at start-up (nrt_init), exclusively, until the process "
                                      "exits"),
-    lr_change_recompiles=Fact(False, f"{DEV_GUIDE}: a hyper-parameter baked into the graph as a "
-                              "constant recompiles it; this workbook's lr is a tensor input, "
-                              "as on the stand-in", inferred=True),
+    lr_change_recompiles=Fact(False, f"{BERT_TUTORIAL}: \"You can adjust the following "
+                              "hyperparameters without changing the model and causing "
+                              "recompilation: … Learning rate (--lr option)\"; the caching guide's "
+                              "\"optimizer hyperparameters\" are those baked in as constants",
+                              inferred=True),
 )
 
 # Plain PyTorch compiles nothing and has no cache; values for the quantities that still apply.
