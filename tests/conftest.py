@@ -79,6 +79,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.e2e)
 
 
+def pytest_configure(config):
+    # A SIGTERM (timeout, a cancelled CI job) ends the session like Ctrl+C: fixture teardown still
+    # stops JupyterLab, its kernels and Chromium instead of leaving them running.
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def pytest_report_header(config):
     from tests.browser.find_browser import find_chromium, in_ci
     from tests.browser.lab_server import browser_problem
