@@ -6,10 +6,10 @@ from pathlib import Path
 
 from helpers.tables import text_table
 from mnist_mlp.paths import default_checkpoint_dir
+from mnist_mlp.precision import PRECISIONS
 from mnist_mlp.results import RESULTS_GLOB, RunResults, load_all
 
 _TORCHRUN_STAGE = re.compile(r"torchrun_w(\d+)")
-_BF16_MODES = ("fp32", "bf16", "bf16-sr", "bf16-master", "autocast")
 # Which notebook (or script) writes each stage's results, for the "missing" notes.
 STAGE_SOURCES = {
     "cpu": "notebook 01 (or python mnist_mlp/train_cpu.py)",
@@ -31,8 +31,8 @@ def stage_sort_key(stage: str) -> tuple:
     if m:
         return (2, int(m.group(1)), "")
     mode = stage.removeprefix("bf16_")
-    if stage.startswith("bf16_") and mode in _BF16_MODES:
-        return (3, _BF16_MODES.index(mode), "")
+    if stage.startswith("bf16_") and mode in PRECISIONS:
+        return (3, PRECISIONS.index(mode), "")
     return (4, 0, stage)
 
 

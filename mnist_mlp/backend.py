@@ -218,3 +218,14 @@ def select_backend(xla: bool = True, *, sysfs: Path = NEURON_SYSFS,
         os.environ["PJRT_DEVICE"] = "CPU"
         return Backend("xla-cpu", reason, neuron_cores=cores, **versions)
     return Backend("cpu", "torch-xla is not installed", neuron_cores=cores, **versions)
+
+
+def select_xla_backend() -> Backend:
+    """select_backend() for the XLA stages (train.py, train_torchrun.py, train_bf16.py): they run
+    on an XLA device, a NeuronCore or the CPU stand-in. Without torch_xla: a one-line error."""
+    backend = select_backend()
+    if not backend.uses_xla:
+        raise SystemExit("error: this stage runs on an XLA device (a NeuronCore, or PyTorch/XLA's "
+                         "CPU stand-in) and torch-xla is not installed: run `make venv` (or pip "
+                         "install -r requirements.txt), or train on the CPU with train_cpu.py.")
+    return backend

@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from mnist_mlp.download import MnistDataError, raw_dir, resolve_data_dir
+from mnist_mlp.cli import UsageError
+from mnist_mlp.download import MnistDataError, ensure_mnist, raw_dir, resolve_data_dir
 
 
 # --------------------------------------------------------------------------- sharding
@@ -37,18 +38,41 @@ def shard_indices(n: int, rank: int, world_size: int, *, seed: int, epoch: int, 
     return order[rank::world_size]
 
 
-def _shard_size(n: int, rank: int, world_size: int) -> int:
+def shard_size(n: int, rank: int, world_size: int) -> int:
+    """Samples rank `rank` gets per epoch when n samples are dealt out rank::world_size."""
     return len(range(rank, n, world_size))
 
 
-def _batches_per_epoch(shard_size: int, batch_size: int, drop_last: bool) -> int:
-    return shard_size // batch_size if drop_last else math.ceil(shard_size / batch_size)
+def batches_per_epoch(samples: int, batch_size: int, drop_last: bool) -> int:
+    return samples // batch_size if drop_last else math.ceil(samples / batch_size)
+
+
+def steps_per_rank(n: int, world_size: int, batch_size: int, drop_last: bool) -> list[int]:
+    """Batches (training steps) each rank gets per epoch."""
+    return [batches_per_epoch(shard_size(n, rank, world_size), batch_size, drop_last)
+            for rank in range(world_size)]
+
+
+def check_equal_steps(n: int, world_size: int, batch_size: int, drop_last: bool) -> None:
+    """Every data-parallel step all-reduces across workers: a rank with one step more would wait
+    forever. Raise UsageError for such flags, naming batch sizes that work."""
+    counts = steps_per_rank(n, world_size, batch_size, drop_last)
+    if len(set(counts)) == 1:
+        return
+    equal = lambda b: len(set(steps_per_rank(n, world_size, b, drop_last))) == 1  # noqa: E731
+    near = [b for b in range(batch_size - 1, 0, -1) if equal(b)][:1]
+    near += [b for b in range(batch_size + 1, 2 * batch_size + 2) if equal(b)][:1]
+    raise UsageError(
+        f"{n} images over {world_size} workers in batches of {batch_size} give {min(counts)} or "
+        f"{max(counts)} steps per epoch: the workers with fewer steps would leave the others "
+        f"waiting in the gradient all-reduce forever. Use --batch-size "
+        f"{' or '.join(map(str, near))} (every worker then gets the same number of steps).")
 
 
 def _warn_if_ranks_get_unequal_batches(n: int, world_size: int, batch_size: int, drop_last: bool) -> None:
-    # A data-parallel step all-reduces gradients: a rank with one batch more would wait forever.
-    counts = {_batches_per_epoch(_shard_size(n, r, world_size), batch_size, drop_last) for r in range(world_size)}
-    if len(counts) > 1:
+    # A loader alone may be unequal (harmless for evaluation); training refuses it (mnist_loaders).
+    counts = steps_per_rank(n, world_size, batch_size, drop_last)
+    if len(set(counts)) > 1:
         warnings.warn(
             f"{n} samples over {world_size} ranks in batches of {batch_size} (drop_last={drop_last}) give "
             f"{min(counts)} or {max(counts)} batches per rank: a training loop that all-reduces every step "
@@ -78,7 +102,7 @@ class ShardSampler(Sampler[int]):
         self.rank, self.world_size = rank, world_size
         self.seed, self.shuffle = seed, shuffle
         self.epoch = 0
-        self.num_samples = _shard_size(n, rank, world_size)
+        self.num_samples = shard_size(n, rank, world_size)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -185,14 +209,14 @@ class FastMnistLoader:
         self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
         self.epoch = 0
         self.dataset_size = len(labels)
-        self.num_samples = _shard_size(self.dataset_size, rank, world_size)
+        self.num_samples = shard_size(self.dataset_size, rank, world_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch the next iteration uses (iterating advances it by itself)."""
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return _batches_per_epoch(self.num_samples, self.batch_size, self.drop_last)
+        return batches_per_epoch(self.num_samples, self.batch_size, self.drop_last)
 
     def __iter__(self):
         epoch, self.epoch = self.epoch, self.epoch + 1
@@ -224,3 +248,34 @@ def make_loader(kind: str, root: str | os.PathLike | None, **kwargs):
     except KeyError:
         raise ValueError(f"loader kind must be one of {sorted(LOADER_KINDS)}, got {kind!r}") from None
     return factory(root, **kwargs)
+
+
+# --------------------------------------------------------------------------- the stage scripts' loaders
+
+TEST_BATCH_SIZE = 1000  # divides 10,000: every test image counts, and one graph serves all batches
+
+
+def mnist_loaders(args, *, rank: int = 0, world_size: int = 1, drop_last: bool = False,
+                  verify: bool = True):
+    """(train loader sharded for this rank, test loader over all 10,000 test images), from a
+    script's flags (--loader, --data-dir, --batch-size, --seed).
+
+    verify=False skips ensure_mnist's md5 check, for when it was just done (torchrun's rank 0).
+    Refuses flags that would train 0 steps, or unequal steps across ranks, before any work.
+    """
+
+    root = ensure_mnist(args.data_dir, progress=False) if verify else resolve_data_dir(args.data_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unequal steps: the error below says it, and the fix
+        train = make_loader(args.loader, root, train=True, batch_size=args.batch_size, rank=rank,
+                            world_size=world_size, seed=args.seed, shuffle=True, drop_last=drop_last)
+    if len(train) == 0:
+        share = "the training set" if world_size == 1 else f"each of {world_size} workers' share"
+        raise UsageError(
+            f"--batch-size {args.batch_size} leaves no whole batch in {share} (60,000 images"
+            f"{f' / {world_size}' if world_size > 1 else ''}): this run would train 0 steps. "
+            f"Use a smaller --batch-size.")
+    n = train.dataset_size if isinstance(train, FastMnistLoader) else len(train.dataset)
+    check_equal_steps(n, world_size, args.batch_size, drop_last)
+    test = make_loader("fast", root, train=False, batch_size=TEST_BATCH_SIZE, shuffle=False)
+    return train, test

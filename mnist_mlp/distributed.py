@@ -1,9 +1,11 @@
-"""Data-parallel pieces train_torchrun.py uses: the gradient all-reduce decision, the CPU
-stand-in's gloo all-reduce, the replica check and gathering per-rank figures."""
+"""Data-parallel pieces train_torchrun.py uses: the worker-count check, the gradient all-reduce
+(xm.optimizer_step, or the CPU stand-in's gloo all-reduce), each rank's data shard, the replica
+check and gathering per-rank figures."""
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -11,13 +13,14 @@ import torch.distributed as dist
 REPLICA_TOLERANCE = 1e-6
 
 
-def average_gradients(model: torch.nn.Module, group) -> None:
-    """All-reduce the gradients over a CPU (gloo) group and divide by the world size.
+def average_gradients(parameters, group) -> None:
+    """All-reduce the gradients of `parameters` over a CPU (gloo) group and divide by the
+    world size.
 
     One flattened tensor, one collective: what xm.optimizer_step does over the NeuronLink,
     done here where the XLA runtime cannot (the CPU stand-in sees world size 1 per process).
     """
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    grads = [p.grad for p in parameters if p.grad is not None]
     flat = torch.cat([g.detach().reshape(-1) for g in grads]).cpu()
     dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
     flat /= dist.get_world_size(group)
@@ -68,14 +71,38 @@ class DataParallel:
     world_size: int
     group: object  # a gloo process group over every worker
     reduce_over_gloo: bool  # False: xm.optimizer_step reduces (Neuron); True: the stand-in's gloo
+    samples_per_epoch: int | None = field(default=None)  # this rank's shard, once loaded
 
-    def average_gradients(self, model) -> None:
-        average_gradients(model, self.group)
+    def optimizer_step(self, optimizer) -> None:
+        """All-reduce (average) the gradients across workers, then step: xm.optimizer_step on
+        Neuron; over gloo on the CPU stand-in, whose XLA runtime cannot reduce across processes."""
+        if self.reduce_over_gloo:
+            average_gradients((p for g in optimizer.param_groups for p in g["params"]), self.group)
+            optimizer.step()
+        else:
+            import torch_xla.core.xla_model as xm
+
+            xm.optimizer_step(optimizer)
 
     def barrier(self) -> None:
         dist.barrier(group=self.group)
 
-    def finish(self, model, tracker, samples_per_epoch: int) -> dict:
+    def mnist_loaders(self, args):
+        """This rank's shard of the training set (whole batches, the same step count on every
+        rank) and the test loader. Rank 0 alone downloads and verifies the data; the others
+        wait for it."""
+        from mnist_mlp.data import mnist_loaders
+        from mnist_mlp.download import ensure_mnist
+
+        if self.rank == 0:
+            ensure_mnist(args.data_dir, progress=False)
+        self.barrier()
+        train, test = mnist_loaders(args, rank=self.rank, world_size=self.world_size,
+                                    drop_last=True, verify=False)
+        self.samples_per_epoch = len(train) * args.batch_size
+        return train, test
+
+    def finish(self, model, tracker) -> dict:
         """Check the replicas ended equal (raise if not) and gather every rank's figures for
         the results record (rank 0 writes it)."""
         spread = check_replicas_equal(model, self.group)
@@ -86,36 +113,35 @@ class DataParallel:
         losses = gather_objects(tracker.loss_history, self.group)
         return dict(gradient_reduce="gloo" if self.reduce_over_gloo else "xla",
                     throughput_by_rank=gather_objects(tracker.throughput, self.group),
-                    samples_per_epoch_by_rank=gather_objects(samples_per_epoch, self.group),
+                    samples_per_epoch_by_rank=gather_objects(self.samples_per_epoch, self.group),
                     loss_history_by_rank={str(r): h for r, h in enumerate(losses)})
 
 
 def data_parallel_setup(backend, timeout_minutes: float = 5) -> DataParallel:
-    """After init_process_group: a gloo group over the workers, and the gradient all-reduce
-    decided and said (rank 0).
+    """After init_process_group: the worker count checked (Neuron), a gloo group over the
+    workers, and the gradient all-reduce decided and said (rank 0).
 
     Known trap: on the CPU stand-in each process's XLA runtime is a world of its own
     (torch_xla.runtime.world_size() == 1), so init_process_group('xla') succeeds but
     xm.optimizer_step reduces over one replica: the workers would silently train different
     models. There the gradients are averaged over gloo instead.
     """
+    import torch_xla.runtime as xr
+
+    from mnist_mlp.backend import check_worker_count, instance_type
+
+    if backend.name == "neuron":  # before the device opens: the runtime would fail less clearly
+        check_worker_count(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), instance_type())
     rank, world_size = dist.get_rank(), dist.get_world_size()
     # The timeout bounds a wait on a worker that died (torchrun also stops the others).
     group = dist.new_group(backend="gloo", timeout=datetime.timedelta(minutes=timeout_minutes))
-    if backend.uses_xla:
-        import torch_xla.runtime as xr
-
-        xla_world_size = xr.world_size()
-    else:
-        xla_world_size = None  # plain PyTorch: gloo is the only way
-    reduce_over_gloo = xla_world_size != world_size if world_size > 1 else not backend.uses_xla
+    xla_world_size = xr.world_size()
+    reduce_over_gloo = xla_world_size != world_size
     if rank == 0:
-        if xla_world_size is not None and reduce_over_gloo:
+        if reduce_over_gloo:
             print(f"Gradient all-reduce: over gloo. The XLA runtime sees world size "
                   f"{xla_world_size} in each process but torchrun started {world_size} workers, "
                   f"so XLA would not reduce across them (on Neuron xm.optimizer_step does).")
-        elif reduce_over_gloo:
-            print(f"Gradient all-reduce: over gloo across {world_size} plain-PyTorch worker(s).")
         else:
             print(f"Gradient all-reduce: xm.optimizer_step over {world_size} XLA worker(s).")
     return DataParallel(rank, world_size, group, reduce_over_gloo)

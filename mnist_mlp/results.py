@@ -96,7 +96,19 @@ def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_load
                started: float, write: bool = True, world_size: int = 1, **extra) -> RunResults | None:
     """After the loop, as in the sample: result lines, checkpoint, end line; then test accuracy
     over all 10,000 test images and the results record. write=False on ranks other than 0:
-    they stop after the end line (the replicas are equal, so rank 0's accuracy is everyone's)."""
+    they stop after the end line (the replicas are equal, so rank 0's accuracy is everyone's).
+
+    On XLA it first prints the compile counters (`Graphs compiled: N (compile time X s)`, every
+    rank) and records them; --device-loader and --precision go into the record when given."""
+    if backend.uses_xla:
+        from mnist_mlp.xla_metrics import compile_stats
+
+        graphs, seconds = compile_stats()
+        print(f"Graphs compiled: {graphs} (compile time {seconds:.2f} s)")
+        extra = dict(graphs_compiled=graphs, compile_time_s=seconds, **extra)
+    for flag in ("device_loader", "precision"):
+        if hasattr(args, flag):
+            extra.setdefault(flag, getattr(args, flag))
     print_training_result(tracker)  # raises TrainingDiverged on a non-finite final loss
     check_model_finite(model)
     directory = Path(args.checkpoint_dir)

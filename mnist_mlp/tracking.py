@@ -60,7 +60,8 @@ class StepTracker:
         return self.max_steps is not None and self.steps >= self.max_steps
 
     def limit(self, loader):
-        """Iterate `loader`, stopping once max_steps steps are done."""
+        """Iterate `loader`, stopping once max_steps steps are done; with a profile window, each
+        step (the loop body) runs in its scope."""
         if self.done:
             return
         for batch in loader:

@@ -7,19 +7,18 @@ import time
 import torch
 
 from mnist_mlp import cli
-from mnist_mlp.backend import select_backend
+from mnist_mlp.backend import select_xla_backend
+from mnist_mlp.data import mnist_loaders
 from mnist_mlp.model import MLP
 from mnist_mlp.precision import (BF16_MODEL, FP32MasterSGD, StochasticRoundingSGD, cast_inputs_to,
                                  deprecated_bf16_env_error, describe, with_auto_cast_none)
 from mnist_mlp.results import finish_run
 from mnist_mlp.tracking import StepTracker
-from mnist_mlp.xla_metrics import compile_stats
 
 # Decide the device before torch_xla loads: it reads PJRT_DEVICE when it starts its runtime.
-backend = select_backend()
-if backend.uses_xla:
-    import torch_xla
-    import torch_xla.distributed.parallel_loader as pl
+backend = select_xla_backend()
+import torch_xla  # noqa: E402
+import torch_xla.distributed.parallel_loader as pl  # noqa: E402
 
 
 def train(model, optimizer, loader, device, epochs, tracker, sync_each_step=True, autocast=False):
@@ -59,8 +58,8 @@ def main(argv=None):
     print(describe(args.precision, on_neuron=backend.name == "neuron"))
     device = backend.device  # torch_xla.device(); the AWS docs use xm.xla_device (deprecated)
     # drop_last: a ragged last batch has another shape, so XLA would compile one more graph.
-    train_loader, test_loader = cli.mnist_loaders(args, drop_last=backend.uses_xla)
-    if args.device_loader and backend.uses_xla:
+    train_loader, test_loader = mnist_loaders(args, drop_last=True)
+    if args.device_loader:
         # Uploads batches in the background and syncs after each one: no sync in the loop.
         train_loader = pl.MpDeviceLoader(train_loader, device)
 
@@ -80,17 +79,11 @@ def main(argv=None):
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
     print("----------Training ---------------")
-    tracker = StepTracker.for_run(args, len(train_loader), xla=backend.uses_xla)
+    tracker = StepTracker.for_run(args, len(train_loader), xla=True)
     train(model, optimizer, train_loader, device, args.epochs, tracker,
-          sync_each_step=backend.uses_xla and not args.device_loader,
-          autocast=args.precision == "autocast")
-    graphs = seconds = None
-    if backend.uses_xla:
-        graphs, seconds = compile_stats()
-        print(f"Graphs compiled: {graphs} (compile time {seconds:.2f} s)")
+          sync_each_step=not args.device_loader, autocast=args.precision == "autocast")
     return finish_run(f"bf16_{args.precision}", args, backend, model, tracker, test_loader, device,
-                      started=started, graphs_compiled=graphs, compile_time_s=seconds,
-                      device_loader=bool(args.device_loader), precision=args.precision)
+                      started=started)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import torch
 
 from mnist_mlp import cli
 from mnist_mlp.backend import select_backend
+from mnist_mlp.data import mnist_loaders
 from mnist_mlp.model import MLP
 from mnist_mlp.results import finish_run
 from mnist_mlp.tracking import StepTracker
@@ -34,7 +35,7 @@ def main(argv=None):
     backend = select_backend(xla=False)
     print(backend.summary())
     device = backend.device
-    train_loader, test_loader = cli.mnist_loaders(args)
+    train_loader, test_loader = mnist_loaders(args)
 
     # A batch-32 MLP is too small to split across threads: more threads only contend (on a
     # busy 2-core machine, ten times slower). Notebook 01 and the benchmark do the same.

@@ -205,6 +205,7 @@ print(json.dumps(dict(compiled=compiled, fallbacks=met.executed_fallback_ops(),
 """
 
 
+@pytest.mark.e2e  # four training steps on the XLA stand-in, in their own process
 def test_on_xla_the_rounding_runs_in_the_step_graph():
     """No host fallback (a bit cast would be one) and the same graph for every step."""
     env = dict(os.environ, PJRT_DEVICE="CPU")

@@ -8,42 +8,41 @@ import torch
 
 from mnist_mlp.precision import PRECISIONS
 from tests.conftest import REPO_ROOT
-from tests.test_scripts import (assert_no_deprecation_warning, assert_sample_lines_in_order,
-                                load_results, run)
+from tests.script_runs import SHORT_STEPS
+from tests.test_scripts import assert_no_deprecation_warning, assert_sample_lines_in_order
 
 BF16_WEIGHTS = {"fp32": False, "bf16": True, "bf16-sr": True, "bf16-master": True,
                 "autocast": False}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_each_precision_short_run(tmp_path, script_env, mnist_root, precision):
-    out = run([sys.executable, "mnist_mlp/train_bf16.py", "--precision", precision,
-               "--steps-this-run", "30", "--checkpoint-dir", str(tmp_path)], script_env)
+def test_each_precision_short_run(script_runs, precision):
+    run = script_runs[f"bf16 {precision}"]
+    out = run.output
     assert out.startswith("Backend: XLA on CPU")
     assert f"Precision: {precision} |" in out
     assert ("EMULATED in software" in out) is (precision == "bf16-sr")  # said, and only there
     assert_sample_lines_in_order(out)
     assert_no_deprecation_warning(out)
-    results = load_results(tmp_path, f"bf16_{precision}")
-    assert results["precision"] == precision and results["steps"] == 30
+    results = run.results(f"bf16_{precision}")
+    assert results["precision"] == precision and results["steps"] == SHORT_STEPS
     assert results["graphs_compiled"] == 1, "one training graph, the same every step"
     assert results["final_loss"] < results["loss_history"][0][1]
-    state = torch.load(tmp_path / f"checkpoint_bf16_{precision}.pt")["state_dict"]
     expected = torch.bfloat16 if BF16_WEIGHTS[precision] else torch.float32
-    assert {t.dtype for t in state.values()} == {expected}
+    assert {t.dtype for t in run.state_dict(f"bf16_{precision}").values()} == {expected}
 
 
-def test_fp32_mode_is_train_py(tmp_path, script_env, mnist_root):
+@pytest.mark.e2e
+def test_fp32_mode_is_train_py(script_runs):
     """--precision fp32 computes exactly what train.py computes: the lesson is only the rest."""
-    common = ["--steps-this-run", "3", "--checkpoint-dir", str(tmp_path)]
-    run([sys.executable, "mnist_mlp/train.py", *common], script_env)
-    run([sys.executable, "mnist_mlp/train_bf16.py", "--precision", "fp32", *common], script_env)
-    xla = torch.load(tmp_path / "checkpoint_xla.pt")["state_dict"]
-    fp32 = torch.load(tmp_path / "checkpoint_bf16_fp32.pt")["state_dict"]
+    xla = script_runs["xla"].state_dict("xla")
+    fp32 = script_runs["bf16 fp32"].state_dict("bf16_fp32")
     for name in xla:
         assert torch.equal(xla[name], fp32[name]), name
 
 
+@pytest.mark.e2e
 def test_deprecated_bf16_variable_is_refused_before_any_work(tmp_path, script_env):
     env = dict(script_env, XLA_USE_BF16="1")
     proc = subprocess.run([sys.executable, "mnist_mlp/train_bf16.py", "--checkpoint-dir",
@@ -55,11 +54,13 @@ def test_deprecated_bf16_variable_is_refused_before_any_work(tmp_path, script_en
     assert "----------Training" not in proc.stdout and not list(tmp_path.iterdir())
 
 
-def test_unknown_precision_is_a_usage_error(script_env):
-    proc = subprocess.run([sys.executable, "mnist_mlp/train_bf16.py", "--precision", "fp16"],
-                          cwd=REPO_ROOT, env=script_env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 2 and "--precision: invalid choice: 'fp16'" in proc.stderr
+def test_unknown_precision_is_a_usage_error(tmp_path, capsys):
+    from mnist_mlp.cli import parse_args
+
+    with pytest.raises(SystemExit) as exit_:
+        parse_args("", ["--precision", "fp16", "--checkpoint-dir", str(tmp_path)], precision=True)
+    assert exit_.value.code == 2
+    assert "--precision: invalid choice: 'fp16'" in capsys.readouterr().err
 
 
 # The lines of train.py that train_bf16.py changes (compared stripped). Every other line of
@@ -69,13 +70,12 @@ CHANGED_TRAIN_PY_LINES = {
     '"""Stage 2: the same training on one XLA device: one NeuronCore on Trainium (the AWS sample\'s',
     'train.py). Here the XLA-on-CPU stand-in runs it when there is no NeuronCore."""',
     "def train(model, optimizer, loader, device, epochs, tracker, sync_each_step=True):",
+    "output = model(train_x)",
     "loss = loss_fn(output, train_label)",
     "args = cli.parse_args(__doc__, argv, device_loader=True, profile=True)",
     "model = MLP().to(device)",
-    "sync_each_step=backend.uses_xla and not args.device_loader)",
-    'return finish_run("xla", args, backend, model, tracker, test_loader, device, started=started,',
-    "graphs_compiled=graphs, compile_time_s=seconds,",
-    "device_loader=bool(args.device_loader))",
+    "sync_each_step=not args.device_loader)",
+    'return finish_run("xla", args, backend, model, tracker, test_loader, device, started=started)',
 }
 
 

@@ -11,6 +11,8 @@ from mnist_mlp.distributed import average_gradients, check_replicas_equal, gathe
 from mnist_mlp.model import MLP
 
 
+pytestmark = pytest.mark.e2e  # two real processes
+
 SCENARIOS = ("average", "equal", "drift", "gather")
 
 
@@ -29,7 +31,7 @@ def run_scenario(scenario, rank, group):
     if scenario == "average":
         for p in model.parameters():
             p.grad = torch.full_like(p, float(rank + 1))  # rank 0: ones, rank 1: twos
-        average_gradients(model, group)
+        average_gradients(model.parameters(), group)
         return [float(p.grad.unique().item()) for p in model.parameters()]
     if scenario == "equal":
         return check_replicas_equal(model, group)

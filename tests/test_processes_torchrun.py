@@ -89,6 +89,7 @@ def test_run_streaming_timeout_stops_the_child_and_its_children(tmp_path):
     assert not is_alive(int(pid_file.read_text()))
 
 
+@pytest.mark.e2e  # a real torchrun, two workers
 def test_torchrun_streams_every_rank_prefixed_before_the_workers_exit(tmp_path):
     go_file = tmp_path / "go"
     script = write_script(tmp_path / "worker.py", WAIT_FOR + f"""
@@ -106,11 +107,12 @@ print(f"done {{rank}}", file=sys.stderr)
         if ready == {"0", "1"}:
             go_file.touch()
 
-    result = run_torchrun(script, nproc_per_node=2, timeout=40, on_line=on_line)
+    result = run_torchrun(script, nproc_per_node=2, timeout=120, on_line=on_line)
     assert result.returncode == 0
     assert result.lines_by_rank() == {0: ["ready 0", "done 0"], 1: ["ready 1", "done 1"]}
 
 
+@pytest.mark.e2e  # a real torchrun, two workers
 def test_torchrun_failing_rank_error_is_in_the_exception(tmp_path):
     script = write_script(tmp_path / "fails.py", """
         import os
@@ -124,7 +126,7 @@ def test_torchrun_failing_rank_error_is_in_the_exception(tmp_path):
         main()
     """)
     with pytest.raises(CommandFailed) as failure:
-        run_torchrun(script, nproc_per_node=2, timeout=40, on_line=lambda _: None)
+        run_torchrun(script, nproc_per_node=2, timeout=120, on_line=lambda _: None)
     summary = failure.value.summary
     assert summary.startswith("Rank 1 failed (exit code 1)")
     assert "Root Cause (first observed failure)" in summary
@@ -132,6 +134,7 @@ def test_torchrun_failing_rank_error_is_in_the_exception(tmp_path):
     assert "RuntimeError: rank one exploded" in str(failure.value)
 
 
+@pytest.mark.e2e  # a real torchrun, two workers
 def test_torchrun_failure_without_record_shows_that_ranks_own_output(tmp_path):
     script = write_script(tmp_path / "fails_plain.py", """
         import os
@@ -140,7 +143,7 @@ def test_torchrun_failure_without_record_shows_that_ranks_own_output(tmp_path):
             raise ValueError("bad shard on rank zero")
     """)
     with pytest.raises(CommandFailed) as failure:
-        run_torchrun(script, nproc_per_node=2, timeout=40, on_line=lambda _: None)
+        run_torchrun(script, nproc_per_node=2, timeout=120, on_line=lambda _: None)
     summary = failure.value.summary
     assert summary.startswith("Rank 0 failed (exit code 1)")
     own_part = summary.split("Last lines of rank 0:")[1]
@@ -148,6 +151,7 @@ def test_torchrun_failure_without_record_shows_that_ranks_own_output(tmp_path):
     assert "rank 1 starting" not in own_part
 
 
+@pytest.mark.e2e  # a real torchrun, two workers
 def test_torchrun_hang_times_out_and_no_worker_survives(tmp_path):
     script = write_script(tmp_path / "hangs.py", f"""
         import os, signal, time
@@ -201,6 +205,7 @@ def test_lines_by_rank_drops_torchrun_own_lines():
     assert lines_by_rank(lines) == {0: ["a", "c"], 1: ["b"], 10: ["d"]}
 
 
+@pytest.mark.e2e  # a real torchrun, two workers
 def test_torchrun_set_up_chatter_goes_to_the_log_not_the_cell(tmp_path):
     """torchrun's OMP_NUM_THREADS banner (printed for 2+ workers) and blank lines are not shown;
     the log keeps every line."""

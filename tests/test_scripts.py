@@ -1,4 +1,6 @@
-"""End-to-end: the three training scripts run as a user runs them, on the CPU stand-in."""
+"""End-to-end: the stage scripts run as a user runs them, on the CPU stand-in. Runs that several
+tests read are made once per session (tests/script_runs.py)."""
+import gzip
 import json
 import os
 import signal
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO_ROOT
+from tests.script_runs import SHORT_STEPS, torchrun_argv
 
 SAMPLE_LINES = [
     "----------Training ---------------",
@@ -31,9 +34,7 @@ def run(args, env, timeout=600):
     return output
 
 
-def torchrun(nproc, *args):
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={nproc}", "mnist_mlp/train_torchrun.py", *args]
+torchrun = torchrun_argv
 
 
 def assert_sample_lines_in_order(output):
@@ -51,65 +52,65 @@ def load_results(directory, stage):
     return json.loads((Path(directory) / f"results_{stage}.json").read_text())
 
 
-def test_train_cpu_short_run(tmp_path, script_env, mnist_root):
-    out = run([sys.executable, "mnist_mlp/train_cpu.py", "--steps-this-run", "60",
-               "--checkpoint-dir", str(tmp_path)], script_env)
-    assert out.startswith("Backend: plain PyTorch on CPU")
-    assert_sample_lines_in_order(out)
-    assert_no_deprecation_warning(out)
-    results = load_results(tmp_path, "cpu")
-    assert results["steps"] == 60 and results["backend"] == "cpu" and results["world_size"] == 1
+@pytest.mark.e2e
+def test_train_cpu_short_run(script_runs):
+    run = script_runs["cpu"]
+    assert run.output.startswith("Backend: plain PyTorch on CPU")
+    assert_sample_lines_in_order(run.output)
+    assert_no_deprecation_warning(run.output)
+    results = run.results("cpu")
+    assert results["steps"] == SHORT_STEPS and results["backend"] == "cpu"
+    assert results["world_size"] == 1
     assert results["loss_history"][0][0] == 1 and results["loss_history"][-1][0] == 50
     assert results["final_loss"] < results["loss_history"][0][1]
-    state = torch.load(tmp_path / "checkpoint_cpu.pt")["state_dict"]
-    assert state["fc1.weight"].shape == (120, 784)
+    assert "graphs_compiled" in results and results["graphs_compiled"] is None  # no XLA here
+    assert run.state_dict("cpu")["fc1.weight"].shape == (120, 784)
 
 
-def test_train_cpu_torchvision_loader(tmp_path, script_env, mnist_root):
-    out = run([sys.executable, "mnist_mlp/train_cpu.py", "--steps-this-run", "20", "--loader",
-               "torchvision", "--checkpoint-dir", str(tmp_path)], script_env)
-    assert_sample_lines_in_order(out)
-    assert load_results(tmp_path, "cpu")["loader"] == "torchvision"
+@pytest.mark.e2e
+def test_train_cpu_torchvision_loader(script_runs):
+    run = script_runs["cpu torchvision"]
+    assert_sample_lines_in_order(run.output)
+    assert run.results("cpu")["loader"] == "torchvision"
 
 
-@pytest.mark.parametrize("device_loader", [False, True])
-def test_train_xla_short_run(tmp_path, script_env, mnist_root, device_loader):
-    args = [sys.executable, "mnist_mlp/train.py", "--steps-this-run", "40",
-            "--checkpoint-dir", str(tmp_path)] + (["--device-loader"] if device_loader else [])
-    out = run(args, script_env)
-    assert out.startswith("Backend: XLA on CPU")
-    assert_sample_lines_in_order(out)
-    assert_no_deprecation_warning(out)
-    assert "Graphs compiled: " in out
-    results = load_results(tmp_path, "xla")
-    assert results["backend"] == "xla-cpu" and results["steps"] == 40
+@pytest.mark.e2e
+@pytest.mark.parametrize("run_name, device_loader", [("xla long", False),
+                                                     ("xla device-loader long", True)])
+def test_train_xla_run(script_runs, run_name, device_loader):
+    run = script_runs[run_name]
+    assert run.output.startswith("Backend: XLA on CPU")
+    assert_sample_lines_in_order(run.output)
+    assert_no_deprecation_warning(run.output)
+    results = run.results("xla")
+    assert results["backend"] == "xla-cpu" and results["steps"] == 120
     assert results["device_loader"] is device_loader
+    assert f"Graphs compiled: {results['graphs_compiled']} (compile time " in run.output
     assert results["graphs_compiled"] >= 1
     # xm.save moved everything to the CPU: a plain torch.load reads it
-    state = torch.load(tmp_path / "checkpoint_xla.pt")["state_dict"]
-    assert state["fc3.weight"].device.type == "cpu"
+    assert run.state_dict("xla")["fc3.weight"].device.type == "cpu"
 
 
-def test_cpu_and_xla_agree_on_the_first_steps(tmp_path, script_env, mnist_root):
+@pytest.mark.e2e
+def test_cpu_and_xla_agree(script_runs):
     """Same seed, same data, same loop: the stand-in computes what the CPU computes."""
-    for script in ("train_cpu.py", "train.py"):
-        run([sys.executable, f"mnist_mlp/{script}", "--steps-this-run", "3", "--checkpoint-dir",
-             str(tmp_path)], script_env)
-    cpu = torch.load(tmp_path / "checkpoint_cpu.pt")["state_dict"]
-    xla = torch.load(tmp_path / "checkpoint_xla.pt")["state_dict"]
+    cpu, xla = script_runs["cpu"].state_dict("cpu"), script_runs["xla"].state_dict("xla")
     for name in cpu:
         torch.testing.assert_close(cpu[name], xla[name], rtol=1e-4, atol=1e-5)
 
 
-def test_torchrun_two_workers(tmp_path, script_env, mnist_root):
-    out = run(torchrun(2, "--steps-this-run", "30", "--checkpoint-dir", str(tmp_path)), script_env)
+@pytest.mark.e2e
+def test_torchrun_two_workers(script_runs):
+    run = script_runs["torchrun x2 long"]
+    out = run.output
     assert_sample_lines_in_order(out)
     assert "DeprecationWarning" not in out
     assert "Gradient all-reduce: over gloo" in out and "world size 1 in each process" in out
     assert "Replicas equal: max parameter-checksum difference 0" in out
     assert out.count("Train throughput (iter/sec)") == 2  # every worker reports, as the sample
+    assert out.count("Graphs compiled: ") == 2  # every worker's own count
     assert out.count("Test accuracy: ") == 1  # replicas are equal: rank 0 evaluates for all
-    results = load_results(tmp_path, "torchrun_w2")
+    results = run.results("torchrun_w2")
     assert results["world_size"] == 2 and results["gradient_reduce"] == "gloo"
     assert results["lr"] == 0.01  # the flag; the optimizer used lr x world size
     # disjoint data: each rank trains on its own half of the set (whole batches of it) ...
@@ -117,13 +118,16 @@ def test_torchrun_two_workers(tmp_path, script_env, mnist_root):
     # ... so their first losses differ, while the replicas ended equal
     first = {r: h[0][1] for r, h in results["loss_history_by_rank"].items()}
     assert first["0"] != first["1"]
-    assert (tmp_path / "checkpoint_torchrun_w2.pt").exists()
+    assert (run.directory / "checkpoint_torchrun_w2.pt").exists()
+    # --tensorboard: rank 0 alone writes
+    assert len(list((run.directory / "tb").glob("events.out.tfevents.*"))) == 1
 
 
-def test_torchrun_one_worker_uses_xla_reduce(tmp_path, script_env, mnist_root):
-    out = run(torchrun(1, "--steps-this-run", "10", "--checkpoint-dir", str(tmp_path)), script_env)
-    assert "Gradient all-reduce: xm.optimizer_step over 1 XLA worker(s)" in out
-    assert load_results(tmp_path, "torchrun_w1")["gradient_reduce"] == "xla"
+@pytest.mark.e2e
+def test_torchrun_one_worker_uses_xla_reduce(script_runs):
+    run = script_runs["torchrun x1"]
+    assert "Gradient all-reduce: xm.optimizer_step over 1 XLA worker(s)" in run.output
+    assert run.results("torchrun_w1")["gradient_reduce"] == "xla"
 
 
 def worker_pids(marker):
@@ -143,6 +147,7 @@ def worker_pids(marker):
     return found
 
 
+@pytest.mark.e2e
 def test_dead_worker_ends_the_run_with_its_error(tmp_path, script_env, mnist_root):
     marker = f"WORKBOOK_TEST_RUN={uuid.uuid4().hex}"
     env = dict(script_env, WORKBOOK_TEST_RUN=marker.split("=")[1])
@@ -172,6 +177,7 @@ def test_dead_worker_ends_the_run_with_its_error(tmp_path, script_env, mnist_roo
     assert not (tmp_path / "results_torchrun_w2.json").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_full_default_cpu_run_reaches_92_percent(tmp_path, script_env, mnist_root):
     out = run([sys.executable, "mnist_mlp/train_cpu.py", "--checkpoint-dir", str(tmp_path)],
@@ -180,12 +186,6 @@ def test_full_default_cpu_run_reaches_92_percent(tmp_path, script_env, mnist_roo
     results = load_results(tmp_path, "cpu")
     assert results["epochs"] == 4 and results["steps"] == 4 * 1875
     assert results["test_accuracy"] >= 0.92, out
-
-
-def test_bad_flags_are_clear_errors(script_env):
-    proc = subprocess.run([sys.executable, "mnist_mlp/train_cpu.py", "--epochs", "0"], cwd=REPO_ROOT,
-                          env=script_env, capture_output=True, text=True)
-    assert proc.returncode == 2 and "--epochs: must be a positive integer" in proc.stderr
 
 
 # --------------------------------------------------------------------------- bad input, faults
@@ -205,13 +205,52 @@ def assert_one_error_line(stderr, *fragments):
         assert fragment in stderr, stderr
 
 
-def test_lr_must_be_positive(script_env):
+def cpu_stage_main(argv, capsys):
+    """train_cpu.main(argv) in this process, for failures found before any training: (exit
+    code, stdout, stderr)."""
+    from mnist_mlp import train_cpu
+
+    with pytest.raises(SystemExit) as exit_:
+        train_cpu.main(argv)
+    out, err = capsys.readouterr()
+    return exit_.value.code, out, err
+
+
+def test_bad_flags_are_clear_errors(capsys):
+    code, _, err = cpu_stage_main(["--epochs", "0"], capsys)
+    assert code == 2 and "--epochs: must be a positive integer" in err
+
+
+def test_lr_must_be_positive(capsys):
     for value in ("-1", "0", "nan"):
-        code, _, err = run_failing([sys.executable, "mnist_mlp/train_cpu.py", "--lr", value],
-                                   script_env)
+        code, _, err = cpu_stage_main(["--lr", value], capsys)
         assert code == 2 and "--lr: must be a positive number" in err, err
 
 
+@pytest.mark.parametrize("kind", ["a file", "under a file"])
+def test_an_unwritable_checkpoint_dir_is_found_before_training(tmp_path, capsys, kind):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a directory")
+    target = blocker if kind == "a file" else blocker / "checkpoints"
+    code, out, err = cpu_stage_main(["--checkpoint-dir", str(target)], capsys)
+    assert code == 1
+    assert_one_error_line(err, "--checkpoint-dir")
+    assert "----------Training" not in out  # found before any training, nothing lost
+    assert blocker.read_text() == "a file, not a directory"
+
+
+def test_a_profile_window_longer_than_the_run_is_refused(tmp_path):
+    from mnist_mlp.cli import UsageError, parse_args
+
+    with pytest.raises(UsageError, match=r"--profile traces steps 3-22.*--steps-this-run 22 or more"):
+        parse_args("", ["--steps-this-run", "10", "--profile", str(tmp_path / "p"),
+                        "--checkpoint-dir", str(tmp_path)], profile=True)
+    assert parse_args("", ["--steps-this-run", "22", "--profile", str(tmp_path / "p"),
+                           "--checkpoint-dir", str(tmp_path)], profile=True).profile_steps == 20
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", ["train_cpu.py", "train.py"])
 def test_a_diverged_run_fails_and_keeps_the_good_checkpoint(tmp_path, script_env, mnist_root, script):
     stage = "cpu" if script == "train_cpu.py" else "xla"
@@ -219,10 +258,10 @@ def test_a_diverged_run_fails_and_keeps_the_good_checkpoint(tmp_path, script_env
     (tmp_path / f"checkpoint_{stage}.pt").write_bytes(good_checkpoint)
     (tmp_path / f"results_{stage}.json").write_bytes(good_results)
     code, out, err = run_failing([sys.executable, f"mnist_mlp/{script}", "--lr", "1e6",
-                                  "--steps-this-run", "120", "--checkpoint-dir", str(tmp_path)],
+                                  "--steps-this-run", "60", "--checkpoint-dir", str(tmp_path)],
                                  script_env)
     assert code == 1, out + err
-    assert_one_error_line(err, "training diverged", "Lower --lr")
+    assert_one_error_line(err, "training diverged", "the loss at step 50", "Lower --lr")
     assert "----------End Training" not in out  # stopped at the first loss it read, not at the end
     assert (tmp_path / f"checkpoint_{stage}.pt").read_bytes() == good_checkpoint
     assert (tmp_path / f"results_{stage}.json").read_bytes() == good_results
@@ -230,6 +269,20 @@ def test_a_diverged_run_fails_and_keeps_the_good_checkpoint(tmp_path, script_env
                                                           f"results_{stage}.json"]
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("script", ["train.py", "train_torchrun.py", "train_bf16.py"])
+def test_an_xla_stage_without_torch_xla_is_one_clear_error(script, script_env):
+    """The XLA stages run on an XLA device (a NeuronCore or the stand-in), never silently on
+    plain PyTorch: without torch_xla they stop at once and say what to install."""
+    hide_torch_xla = ("import runpy, sys; sys.modules['torch_xla'] = None; "  # import fails
+                      f"sys.argv = ['{script}']; runpy.run_path('mnist_mlp/{script}', "
+                      "run_name='__main__')")
+    code, out, err = run_failing([sys.executable, "-c", hide_torch_xla], script_env)
+    assert code == 1 and out == ""
+    assert_one_error_line(err, "torch-xla is not installed", "make venv")
+
+
+@pytest.mark.e2e
 def test_flags_that_train_zero_steps_are_refused_before_any_work(tmp_path, script_env, mnist_root):
     code, out, err = run_failing([sys.executable, "mnist_mlp/train.py", "--batch-size", "70000",
                                   "--checkpoint-dir", str(tmp_path)], script_env)
@@ -239,19 +292,7 @@ def test_flags_that_train_zero_steps_are_refused_before_any_work(tmp_path, scrip
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("kind", ["a file", "under a file"])
-def test_an_unwritable_checkpoint_dir_is_found_before_training(tmp_path, script_env, kind):
-    blocker = tmp_path / "blocker"
-    blocker.write_text("a file, not a directory")
-    target = blocker if kind == "a file" else blocker / "checkpoints"
-    code, out, err = run_failing([sys.executable, "mnist_mlp/train_cpu.py", "--checkpoint-dir",
-                                  str(target)], script_env)
-    assert code == 1
-    assert_one_error_line(err, "--checkpoint-dir")
-    assert "----------Training" not in out  # found before any training, nothing lost
-    assert blocker.read_text() == "a file, not a directory"
-
-
+@pytest.mark.e2e
 def test_unequal_steps_across_workers_are_refused_not_a_hang(tmp_path, script_env, mnist_root):
     """60,000 images over 7 workers in batches of 2143: 4 steps on some ranks, 3 on others. The
     rank with the extra step would wait in the all-reduce forever: refused before training."""
@@ -261,69 +302,63 @@ def test_unequal_steps_across_workers_are_refused_not_a_hang(tmp_path, script_en
     assert code != 0
     output = out + err
     assert "give 3 or 4 steps per epoch" in output and "--batch-size 2142 or 2144" in output
+    assert "batches per rank" not in output  # the loader's warning says it again: silenced
     assert "----------Training" not in output
     assert time.time() - started < 240
     assert list(tmp_path.iterdir()) == []
 
 
-def test_progress_lines_come_from_the_loss_reads(tmp_path, script_env, mnist_root):
-    out = run([sys.executable, "mnist_mlp/train.py", "--steps-this-run", "200", "--checkpoint-dir",
-               str(tmp_path)], script_env)
-    progress = [line for line in out.splitlines() if line.startswith("step ")]
-    assert [line.split(":")[0] for line in progress] == [
-        "step 1/200", "step 50/200", "step 100/200", "step 150/200", "step 200/200"]
+@pytest.mark.e2e
+def test_progress_lines_come_from_the_loss_reads(script_runs):
+    run = script_runs["xla long"]
+    progress = [line for line in run.output.splitlines() if line.startswith("step ")]
+    assert [line.split(":")[0] for line in progress] == ["step 1/120", "step 50/120",
+                                                         "step 100/120"]
     assert "the first step compiles the graphs" in progress[0]
-    history = load_results(tmp_path, "xla")["loss_history"]
-    assert [f"step {s}/200: loss {v:.4f}" for s, v in history] == [p.split(" (")[0] for p in progress]
+    history = run.results("xla")["loss_history"]
+    assert [f"step {s}/120: loss {v:.4f}" for s, v in history] == [p.split(" (")[0] for p in progress]
 
 
 # --------------------------------------------------------------------------- --tensorboard, --profile
 
 
-def profile_runs(directory):
-    """The trace directories torch_xla's profiler wrote under `directory`, where TensorBoard's
-    Profile tab looks: plugins/profile/<run>/."""
-    return sorted((Path(directory) / "plugins" / "profile").glob("*"))
+@pytest.mark.e2e
+def test_profile_traces_the_steps_asked_for_and_no_extra_graph(script_runs):
+    """--profile DIR --profile-steps 5: torch_xla's profiler trace of steps 3-7, each one
+    StepTrace, where TensorBoard's Profile tab looks (DIR/plugins/profile/<run>/)."""
+    from mnist_mlp.observe import PROFILE_START_STEP, STEP_TRACE_NAME
+
+    run = script_runs["xla"]
+    assert "Profile: steps 3-7 traced into " in run.output
+    [trace_dir] = sorted((run.directory / "profile" / "plugins" / "profile").glob("*"))
+    [xplane] = trace_dir.glob("*.xplane.pb")
+    assert STEP_TRACE_NAME.encode() in xplane.read_bytes()  # protobuf: names are stored as strings
+    [trace] = trace_dir.glob("*.trace.json.gz")
+    events = json.loads(gzip.open(trace).read())["traceEvents"]
+    steps = [int(e["args"]["step_num"]) for e in events if e.get("name") == STEP_TRACE_NAME]
+    assert steps == list(range(PROFILE_START_STEP, PROFILE_START_STEP + 5))
+    assert len({e["tid"] for e in events if e.get("name") == STEP_TRACE_NAME}) == 1  # one thread
+    # tracing added no graph: as many as the unprofiled run of the same script
+    assert run.results("xla")["graphs_compiled"] == \
+        script_runs["xla long"].results("xla")["graphs_compiled"]
 
 
-def test_profile_and_tensorboard_flags(tmp_path, script_env, mnist_root):
-    """One short run with both: a trace of exactly --profile-steps steady-state steps (and no
-    extra graph), and TensorBoard scalars."""
-    import gzip
-
+@pytest.mark.e2e
+def test_tensorboard_scalars_per_step(script_runs):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from mnist_mlp.observe import GRAPHS_TAG, LOSS_TAG, PROFILE_START_STEP, THROUGHPUT_TAG
+    from mnist_mlp.observe import GRAPHS_TAG, LOSS_TAG, THROUGHPUT_TAG
 
-    out = run([sys.executable, "mnist_mlp/train.py", "--steps-this-run", "60", "--profile",
-               str(tmp_path / "profile"), "--profile-steps", "5", "--tensorboard",
-               str(tmp_path / "tb"), "--checkpoint-dir", str(tmp_path)], script_env)
-    assert_sample_lines_in_order(out)
-    assert "Profile: steps 3-7 traced into " in out
-    [trace_dir] = profile_runs(tmp_path / "profile")
-    [xplane] = trace_dir.glob("*.xplane.pb")
-    assert b"train_step" in xplane.read_bytes()  # a protobuf: the event names are strings in it
-    [trace] = trace_dir.glob("*.trace.json.gz")
-    steps = [int(e["args"]["step_num"]) for e in json.loads(gzip.open(trace).read())["traceEvents"]
-             if e.get("name") == "train_step"]
-    assert steps == list(range(PROFILE_START_STEP, PROFILE_START_STEP + 5))
-    assert load_results(tmp_path, "xla")["graphs_compiled"] == 1  # tracing added no graph
-
-    [events] = (tmp_path / "tb").glob("events.out.tfevents.*")
+    run = script_runs["xla"]
+    [events] = (run.directory / "tb").glob("events.out.tfevents.*")
     accumulator = EventAccumulator(str(events))
     accumulator.Reload()
     assert set(accumulator.Tags()["scalars"]) == {LOSS_TAG, THROUGHPUT_TAG, GRAPHS_TAG}
-    history = load_results(tmp_path, "xla")["loss_history"]
+    history = run.results("xla")["loss_history"]
     assert [[e.step, e.value] for e in accumulator.Scalars(LOSS_TAG)] == \
         [[s, pytest.approx(v)] for s, v in history]
-    assert [e.step for e in accumulator.Scalars(THROUGHPUT_TAG)] == list(range(1, 61))
-    assert [e.value for e in accumulator.Scalars(GRAPHS_TAG)] == [1.0] * 60
-
-
-def test_a_profile_window_longer_than_the_run_is_refused(tmp_path, script_env):
-    code, out, err = run_failing([sys.executable, "mnist_mlp/train.py", "--steps-this-run", "10",
-                                  "--profile", str(tmp_path / "p"), "--checkpoint-dir",
-                                  str(tmp_path)], script_env)
-    assert code == 1
-    assert_one_error_line(err, "--profile traces steps 3-22", "--steps-this-run 22 or more")
-    assert "----------Training" not in out and not (tmp_path / "p").exists()
+    steps = list(range(1, SHORT_STEPS + 1))
+    assert [e.step for e in accumulator.Scalars(THROUGHPUT_TAG)] == steps
+    assert all(e.value > 0 for e in accumulator.Scalars(THROUGHPUT_TAG))
+    graphs = run.results("xla")["graphs_compiled"]
+    assert [e.value for e in accumulator.Scalars(GRAPHS_TAG)] == [graphs] * SHORT_STEPS

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from mnist_mlp.backend import select_backend
-from mnist_mlp.cli import UsageError, check_equal_steps, steps_per_rank
+from mnist_mlp.cli import UsageError
+from mnist_mlp.data import check_equal_steps, steps_per_rank
 from mnist_mlp.model import MLP
 from mnist_mlp.results import RunResults, finish_run, load_all
 from mnist_mlp.tracking import StepTracker, TrainingDiverged
@@ -81,6 +82,26 @@ def test_final_loss_refuses_a_non_finite_last_step():
     tracker.step(torch.tensor(math.nan))
     with pytest.raises(TrainingDiverged):
         tracker.final_loss
+
+
+def test_tensorboard_log_gets_the_loss_reads_and_every_step(tmp_path):
+    """--tensorboard on the CPU stage: the loss where the tracker reads it, a throughput per
+    step, no graphs-compiled tag (no XLA); the event file is complete once the tracker stops."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from mnist_mlp.observe import LOSS_TAG, THROUGHPUT_TAG, TensorBoardLog
+
+    tracker = StepTracker(progress=False, loss_every=50, log=TensorBoardLog(tmp_path, xla=False))
+    for step in range(1, 121):
+        tracker.step(torch.tensor(1.0 / step))
+    tracker.stop()
+    [events] = tmp_path.glob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    assert set(accumulator.Tags()["scalars"]) == {LOSS_TAG, THROUGHPUT_TAG}
+    assert [(e.step, e.value) for e in accumulator.Scalars(LOSS_TAG)] == [
+        (1, 1.0), (50, pytest.approx(1 / 50)), (100, pytest.approx(1 / 100))]
+    assert [e.step for e in accumulator.Scalars(THROUGHPUT_TAG)] == list(range(1, 121))
 
 
 def test_equal_steps_check_names_batch_sizes_that_work():

@@ -1,0 +1,114 @@
+"""The stage-script runs the end-to-end tests share: each distinct command line runs once per
+test session (the `script_runs` fixture in conftest.py), on the first test that asks for it.
+
+A test names the run it reads (RUNS below); tests that need the same run share it, so the
+command lines are chosen to serve all their readers: e.g. the PT_XLA_DEBUG_LEVEL=1 runs of the
+graph-parity test also serve the output checks of train.py and train_torchrun.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from mnist_mlp.paths import REPO_ROOT
+from mnist_mlp.precision import PRECISIONS
+
+TRIAL_STEPS, LONG_STEPS = 5, 120  # LONG reads the loss at steps 1, 50 and 100; TRIAL at 1 only
+SHORT_STEPS = 60  # past the loss read at step 50, and past a 5-step profile window
+
+
+def torchrun_argv(nproc: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={nproc}", "mnist_mlp/train_torchrun.py", *args]
+
+
+def script_argv(script: str, *args: str) -> list[str]:
+    return [sys.executable, f"mnist_mlp/{script}", *args]
+
+
+def script_environment() -> dict[str, str]:
+    """The environment a user runs the scripts in: no PJRT_DEVICE preset (the script chooses),
+    no CHECKPOINT_DIR, warnings on (a DeprecationWarning would show in the output)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PJRT_DEVICE", "CHECKPOINT_DIR")}
+    env["PYTHONWARNINGS"] = "default"
+    return env
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: tuple[str, ...]  # "{dir}" in an argument becomes the run's own directory
+    debug: bool = False  # PT_XLA_DEBUG_LEVEL=1: torch_xla prints a Graph Hash per compile
+
+
+def _steps(n: int) -> tuple[str, ...]:
+    return ("--steps-this-run", str(n))
+
+
+RUNS: dict[str, Command] = {
+    "cpu": Command((*script_argv("train_cpu.py"), *_steps(SHORT_STEPS))),
+    "cpu torchvision": Command((*script_argv("train_cpu.py"), *_steps(20), "--loader",
+                                "torchvision")),
+    # train.py: the same steps as "cpu" (the two must agree), profiled and logged for TensorBoard.
+    "xla": Command((*script_argv("train.py"), *_steps(SHORT_STEPS), "--profile", "{dir}/profile",
+                    "--profile-steps", "5", "--tensorboard", "{dir}/tb")),
+    "xla trial": Command((*script_argv("train.py"), *_steps(TRIAL_STEPS)), debug=True),
+    "xla long": Command((*script_argv("train.py"), *_steps(LONG_STEPS)), debug=True),
+    "xla device-loader trial": Command((*script_argv("train.py", "--device-loader"),
+                                        *_steps(TRIAL_STEPS)), debug=True),
+    "xla device-loader long": Command((*script_argv("train.py", "--device-loader"),
+                                       *_steps(LONG_STEPS)), debug=True),
+    "torchrun x2 trial": Command(tuple(torchrun_argv(2, *_steps(TRIAL_STEPS), "--tensorboard",
+                                                     "{dir}/tb")), debug=True),
+    "torchrun x2 long": Command(tuple(torchrun_argv(2, *_steps(LONG_STEPS), "--tensorboard",
+                                                    "{dir}/tb")), debug=True),
+    "torchrun x1": Command(tuple(torchrun_argv(1, *_steps(10)))),
+    **{f"bf16 {precision}": Command((*script_argv("train_bf16.py", "--precision", precision),
+                                     *_steps(SHORT_STEPS)))
+       for precision in PRECISIONS},
+}
+
+
+@dataclass
+class ScriptRun:
+    name: str
+    argv: list[str]
+    directory: Path  # its --checkpoint-dir, and "{dir}"
+    output: str  # stdout then stderr
+
+    def results(self, stage: str) -> dict:
+        return json.loads((self.directory / f"results_{stage}.json").read_text())
+
+    def state_dict(self, stage: str) -> dict:
+        return torch.load(self.directory / f"checkpoint_{stage}.pt")["state_dict"]
+
+
+@dataclass
+class ScriptRuns:
+    """Runs RUNS[name] the first time it is asked for, then hands out the same ScriptRun."""
+    root: Path
+    env: dict = field(default_factory=script_environment)
+    timeout: float = 900
+    _done: dict = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> ScriptRun:
+        if name not in self._done:
+            self._done[name] = self._run(name, RUNS[name])
+        return self._done[name]
+
+    def _run(self, name: str, command: Command) -> ScriptRun:
+        directory = self.root / name.replace(" ", "_")
+        directory.mkdir(parents=True)
+        argv = [a.replace("{dir}", str(directory)) for a in command.argv]
+        argv += ["--checkpoint-dir", str(directory)]
+        env = dict(self.env, PT_XLA_DEBUG_LEVEL="1") if command.debug else self.env
+        proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                              timeout=self.timeout)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{name}: {' '.join(argv)} failed:\n{output[-4000:]}"
+        return ScriptRun(name, argv, directory, output)
