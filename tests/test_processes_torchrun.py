@@ -107,7 +107,7 @@ print(f"done {{rank}}", file=sys.stderr)
         if ready == {"0", "1"}:
             go_file.touch()
 
-    result = run_torchrun(script, nproc_per_node=2, timeout=120, on_line=on_line)
+    result = run_torchrun(script, nproc_per_node=2, timeout=600, on_line=on_line)
     assert result.returncode == 0
     assert result.lines_by_rank() == {0: ["ready 0", "done 0"], 1: ["ready 1", "done 1"]}
 
@@ -126,7 +126,7 @@ def test_torchrun_failing_rank_error_is_in_the_exception(tmp_path):
         main()
     """)
     with pytest.raises(CommandFailed) as failure:
-        run_torchrun(script, nproc_per_node=2, timeout=120, on_line=lambda _: None)
+        run_torchrun(script, nproc_per_node=2, timeout=600, on_line=lambda _: None)
     summary = failure.value.summary
     assert summary.startswith("Rank 1 failed (exit code 1)")
     assert "Root Cause (first observed failure)" in summary
@@ -143,7 +143,7 @@ def test_torchrun_failure_without_record_shows_that_ranks_own_output(tmp_path):
             raise ValueError("bad shard on rank zero")
     """)
     with pytest.raises(CommandFailed) as failure:
-        run_torchrun(script, nproc_per_node=2, timeout=120, on_line=lambda _: None)
+        run_torchrun(script, nproc_per_node=2, timeout=600, on_line=lambda _: None)
     summary = failure.value.summary
     assert summary.startswith("Rank 0 failed (exit code 1)")
     own_part = summary.split("Last lines of rank 0:")[1]
@@ -215,7 +215,7 @@ def test_torchrun_set_up_chatter_goes_to_the_log_not_the_cell(tmp_path):
         print("", flush=True)
     """)
     shown, log = [], tmp_path / "run.log"
-    result = run_torchrun(script, nproc_per_node=2, timeout=120, on_line=shown.append,
+    result = run_torchrun(script, nproc_per_node=2, timeout=600, on_line=shown.append,
                           log_path=log)
     logged = log.read_text().splitlines()
     assert any("OMP_NUM_THREADS" in line for line in logged), logged
