@@ -5,6 +5,7 @@ repo is symlinked beside the copy so the notebooks' `../mnist_mlp/...` paths sti
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
@@ -104,6 +105,7 @@ class LabServer:
         log = self.log_path.open("w")
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        atexit.register(self.stop)  # also when the session is interrupted before its teardown
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
