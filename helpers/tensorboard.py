@@ -207,8 +207,9 @@ class TensorBoard:
         from IPython.display import HTML, IFrame, display
 
         url = self.proxy_url(path)
+        where = f"<code>{url}</code>, " if len(url) <= 60 else ""  # a trace's address is long
         display(HTML(f'<a href="{url}" target="_blank">Open {label} in a new tab</a> '
-                     f'(<code>{url}</code>, through the Jupyter server)'))
+                     f'({where}through the Jupyter server)'))
         display(IFrame(url, width="100%", height=height))
 
     def show_trace(self, run: str, host: str, height: int = 520):

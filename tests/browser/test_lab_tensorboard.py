@@ -3,6 +3,7 @@
 Trace Viewer draws; the live utilization widget redrew while torchrun trained."""
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import urllib.request
@@ -18,7 +19,10 @@ PORT_LINE = re.compile(r"TensorBoard on 127\.0\.0\.1:(\d+)")
 def through_proxy(lab, port: int, path: str, timeout: float = 60.0):
     """GET a TensorBoard path as the browser would: the Jupyter server's /proxy/<port>/."""
     with urllib.request.urlopen(lab.url(f"proxy/{port}/{path}"), timeout=timeout) as response:
-        return json.load(response)
+        body = response.read()
+        if response.headers.get("Content-Encoding") == "gzip":  # the profile plugin always gzips
+            body = gzip.decompress(body)
+    return json.loads(body)
 
 
 def test_tensorboard_through_the_proxy_and_live_utilization(notebook_runs, lab):
