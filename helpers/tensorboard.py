@@ -202,15 +202,37 @@ class TensorBoard:
         return found
 
     # -- in the notebook -----------------------------------------------------------------------
-    def show(self, path: str = "", height: int = 480, label: str = "TensorBoard"):
-        """A link (new tab) and an inline IFrame, both through the proxy."""
+    def show(self, path: str = "", height: int = 480, label: str = "TensorBoard",
+             inline: bool = True):
+        """A link (new tab) and, if inline, an IFrame, both through the proxy.
+
+        TensorBoard's own pages load their font from the absolute path /font-roboto/, which
+        through the proxy is the Jupyter server's and fails (a console error, the text in a
+        fallback font): they read best in their own tab. The Trace Viewer has no such path."""
         from IPython.display import HTML, IFrame, display
 
         url = self.proxy_url(path)
         where = f"<code>{url}</code>, " if len(url) <= 60 else ""  # a trace's address is long
         display(HTML(f'<a href="{url}" target="_blank">Open {label} in a new tab</a> '
                      f'({where}through the Jupyter server)'))
-        display(IFrame(url, width="100%", height=height))
+        if inline:
+            display(IFrame(url, width="100%", height=height))
+
+    def plot_scalars(self, run: str, tags: list[str]):
+        """The scalar series TensorBoard serves for `run`, one panel per tag, as its Scalars
+        tab draws them (read from its HTTP API: what the browser would get)."""
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(tags), figsize=(4 * len(tags), 2.8), squeeze=False)
+        for ax, tag in zip(axes[0], tags):
+            steps, values = zip(*self.scalars(run, tag))
+            ax.plot(steps, values, marker="." if len(steps) < 30 else None, color="#e8710a")
+            ax.set_title(tag, fontsize=9)
+            ax.set_xlabel("step", fontsize=8)
+            ax.tick_params(labelsize=7)
+        fig.suptitle(f"TensorBoard scalars of run {run!r}, from {self.proxy_url()}", fontsize=9)
+        fig.tight_layout()
+        return fig
 
     def show_trace(self, run: str, host: str, height: int = 520):
         """The Trace Viewer of one profile, alone: the page the profile plugin itself frames,
