@@ -8,7 +8,7 @@ import torch
 
 from mnist_mlp.precision import PRECISIONS
 from tests.conftest import REPO_ROOT
-from tests.script_runs import SHORT_STEPS
+from tests.script_runs import LONG_STEPS
 from tests.test_scripts import assert_no_deprecation_warning, assert_sample_lines_in_order
 
 BF16_WEIGHTS = {"fp32": False, "bf16": True, "bf16-sr": True, "bf16-master": True,
@@ -26,7 +26,7 @@ def test_each_precision_short_run(script_runs, precision):
     assert_sample_lines_in_order(out)
     assert_no_deprecation_warning(out)
     results = run.results(f"bf16_{precision}")
-    assert results["precision"] == precision and results["steps"] == SHORT_STEPS
+    assert results["precision"] == precision and results["steps"] == LONG_STEPS
     assert results["graphs_compiled"] == 1, "one training graph, the same every step"
     assert results["final_loss"] < results["loss_history"][0][1]
     expected = torch.bfloat16 if BF16_WEIGHTS[precision] else torch.float32
@@ -36,7 +36,7 @@ def test_each_precision_short_run(script_runs, precision):
 @pytest.mark.e2e
 def test_fp32_mode_is_train_py(script_runs):
     """--precision fp32 computes exactly what train.py computes: the lesson is only the rest."""
-    xla = script_runs["xla"].state_dict("xla")
+    xla = script_runs["xla long"].state_dict("xla")
     fp32 = script_runs["bf16 fp32"].state_dict("bf16_fp32")
     for name in xla:
         assert torch.equal(xla[name], fp32[name]), name

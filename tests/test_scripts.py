@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO_ROOT
-from tests.script_runs import SHORT_STEPS, torchrun_argv
+from tests.script_runs import LONG_STEPS, torchrun_argv
 
 SAMPLE_LINES = [
     "----------Training ---------------",
@@ -59,9 +59,9 @@ def test_train_cpu_short_run(script_runs):
     assert_sample_lines_in_order(run.output)
     assert_no_deprecation_warning(run.output)
     results = run.results("cpu")
-    assert results["steps"] == SHORT_STEPS and results["backend"] == "cpu"
+    assert results["steps"] == LONG_STEPS and results["backend"] == "cpu"
     assert results["world_size"] == 1
-    assert results["loss_history"][0][0] == 1 and results["loss_history"][-1][0] == 50
+    assert [step for step, _ in results["loss_history"]] == [1, 50, 100]
     assert results["final_loss"] < results["loss_history"][0][1]
     assert "graphs_compiled" in results and results["graphs_compiled"] is None  # no XLA here
     assert run.state_dict("cpu")["fc1.weight"].shape == (120, 784)
@@ -94,7 +94,7 @@ def test_train_xla_run(script_runs, run_name, device_loader):
 @pytest.mark.e2e
 def test_cpu_and_xla_agree(script_runs):
     """Same seed, same data, same loop: the stand-in computes what the CPU computes."""
-    cpu, xla = script_runs["cpu"].state_dict("cpu"), script_runs["xla"].state_dict("xla")
+    cpu, xla = script_runs["cpu"].state_dict("cpu"), script_runs["xla long"].state_dict("xla")
     for name in cpu:
         torch.testing.assert_close(cpu[name], xla[name], rtol=1e-4, atol=1e-5)
 
@@ -325,10 +325,11 @@ def test_progress_lines_come_from_the_loss_reads(script_runs):
 @pytest.mark.e2e
 def test_profile_traces_the_steps_asked_for_and_no_extra_graph(script_runs):
     """--profile DIR --profile-steps 5: torch_xla's profiler trace of steps 3-7, each one
-    StepTrace, where TensorBoard's Profile tab looks (DIR/plugins/profile/<run>/)."""
+    StepTrace, where TensorBoard's Profile tab looks (DIR/plugins/profile/<run>/). That it adds
+    no graph, test_graph_parity shows: the unprofiled trial traced the same graphs."""
     from mnist_mlp.observe import PROFILE_START_STEP, STEP_TRACE_NAME
 
-    run = script_runs["xla"]
+    run = script_runs["xla long"]
     assert "Profile: steps 3-7 traced into " in run.output
     [trace_dir] = sorted((run.directory / "profile" / "plugins" / "profile").glob("*"))
     [xplane] = trace_dir.glob("*.xplane.pb")
@@ -338,9 +339,8 @@ def test_profile_traces_the_steps_asked_for_and_no_extra_graph(script_runs):
     steps = [int(e["args"]["step_num"]) for e in events if e.get("name") == STEP_TRACE_NAME]
     assert steps == list(range(PROFILE_START_STEP, PROFILE_START_STEP + 5))
     assert len({e["tid"] for e in events if e.get("name") == STEP_TRACE_NAME}) == 1  # one thread
-    # tracing added no graph: as many as the unprofiled run of the same script
     assert run.results("xla")["graphs_compiled"] == \
-        script_runs["xla long"].results("xla")["graphs_compiled"]
+        script_runs["xla trial"].results("xla")["graphs_compiled"]  # as many as unprofiled
 
 
 @pytest.mark.e2e
@@ -349,7 +349,7 @@ def test_tensorboard_scalars_per_step(script_runs):
 
     from mnist_mlp.observe import GRAPHS_TAG, LOSS_TAG, THROUGHPUT_TAG
 
-    run = script_runs["xla"]
+    run = script_runs["xla long"]
     [events] = (run.directory / "tb").glob("events.out.tfevents.*")
     accumulator = EventAccumulator(str(events))
     accumulator.Reload()
@@ -357,8 +357,8 @@ def test_tensorboard_scalars_per_step(script_runs):
     history = run.results("xla")["loss_history"]
     assert [[e.step, e.value] for e in accumulator.Scalars(LOSS_TAG)] == \
         [[s, pytest.approx(v)] for s, v in history]
-    steps = list(range(1, SHORT_STEPS + 1))
+    steps = list(range(1, LONG_STEPS + 1))
     assert [e.step for e in accumulator.Scalars(THROUGHPUT_TAG)] == steps
     assert all(e.value > 0 for e in accumulator.Scalars(THROUGHPUT_TAG))
     graphs = run.results("xla")["graphs_compiled"]
-    assert [e.value for e in accumulator.Scalars(GRAPHS_TAG)] == [graphs] * SHORT_STEPS
+    assert [e.value for e in accumulator.Scalars(GRAPHS_TAG)] == [graphs] * LONG_STEPS
