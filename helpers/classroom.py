@@ -174,7 +174,7 @@ def graph_pass(repo: Path, workdir: Path, *, notebooks: list[Path] | None = None
     result = GraphPass({}, {})
     seen: set = set()
     for number, item in enumerate([*notebooks, *scripts], 1):
-        log = logs / f"{item.stem}.log"
+        log = logs / f"{item.name}.log"  # 03_x.ipynb and solutions/03_x.py: two logs
         env = {**base, **graph_log_env(log)}
         if item.suffix == ".ipynb":
             seconds = execute_notebook(item, env)
