@@ -79,6 +79,41 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.e2e)
 
 
+def notebook_group_tests(tests_dir) -> set[str]:
+    """'file::function' of every test function that takes one of NOTEBOOK_FIXTURES."""
+    import ast
+    from pathlib import Path
+
+    found = set()
+    root = Path(tests_dir).parent
+    for path in sorted(Path(tests_dir).rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+                if NOTEBOOK_FIXTURES & {a.arg for a in node.args.args}:
+                    found.add(f"{path.relative_to(root).as_posix()}::{node.name}")
+    return found
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup, with the group decided here: pytest 9.2 ignores the nodeid suffix that
+    xdist's own loadgroup relies on (pytest-dev/pytest-xdist#1386), so the browser tests and the
+    output comparison would run on both workers, executing the notebooks twice."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from pathlib import Path
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    grouped = notebook_group_tests(Path(__file__).parent)  # nodeids are relative to the repo
+
+    class NotebookGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return NOTEBOOK_GROUP if nodeid.split("@")[0].split("[")[0] in grouped else nodeid
+
+    return NotebookGroupScheduling(config, log)
+
+
 def pytest_configure(config):
     # A SIGTERM (timeout, a cancelled CI job) ends the session like Ctrl+C: fixture teardown still
     # stops JupyterLab, its kernels and Chromium instead of leaving them running.

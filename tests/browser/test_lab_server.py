@@ -129,3 +129,13 @@ def test_make_browser_as_a_user_without_sudo_says_what_to_run(tmp_path):
     assert "install Chromium (a snap on Ubuntu) yourself: sudo snap install chromium" in out
     assert "sudo apt-get install -y fonts-noto-color-emoji" in out
     assert "No Chromium: make test skips the browser test (under CI=true it fails)." in out
+
+
+def test_the_notebook_chain_runs_on_one_xdist_worker():
+    # make test's scheduler keeps these together, in collection order: one execution per notebook.
+    from tests.conftest import notebook_group_tests
+
+    grouped = notebook_group_tests(REPO_ROOT / "tests")
+    assert {"tests/browser/test_lab_notebooks.py::test_notebook_runs_clean_in_jupyterlab",
+            "tests/browser/test_notebook_outputs.py::test_output_matches_the_committed_one"} <= grouped
+    assert not any("test_lab_server.py" in t for t in grouped)
