@@ -13,6 +13,8 @@ from helpers.graph_log import (GRAPH_LOG_ENV, child_debug_env, coverage, graph_l
                                read_graph_log)
 from helpers.processes import run_streaming
 
+pytestmark = pytest.mark.e2e  # kernels and processes that start torch_xla
+
 KERNEL_GRAPH = """import torch, torch_xla
 x = torch.arange(6.0, device=torch_xla.device())
 print((x * 2).sum().item())"""

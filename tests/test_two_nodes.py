@@ -27,6 +27,7 @@ def results(directory):
     return record, state
 
 
+@pytest.mark.e2e  # four torchrun launches
 def test_two_nodes_train_the_same_model_as_two_workers_on_one_node(tmp_path, script_env):
     shown = []
     nodes = run_nodes(SCRIPT, [*STEPS, "--checkpoint-dir", str(tmp_path / "two-nodes")],
@@ -50,6 +51,7 @@ def test_two_nodes_train_the_same_model_as_two_workers_on_one_node(tmp_path, scr
         assert torch.allclose(two_state[name], tensor, atol=1e-6), name
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("present, missing, bound", [(0, "node 1 never joined", NODE0_ALONE_BOUND_S),
                                                      (1, "node 0, which hosts the rendezvous",
                                                       NODE1_ALONE_BOUND_S)])
