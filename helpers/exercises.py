@@ -212,7 +212,8 @@ def check_cache_dir_flag(env: dict, wanted_dir: str, keep: dict[str, str]) -> Fe
 def check_unequal_steps(world_size, batch_size, n: int = 60_000, drop_last: bool = True) -> Feedback:
     """04, exercise 1: a worker count and batch size that give the workers unequal step counts;
     shows the error train_torchrun.py stops with (drop_last as on XLA)."""
-    from mnist_mlp.cli import UsageError, check_equal_steps, steps_per_rank
+    from mnist_mlp.cli import UsageError
+    from mnist_mlp.data import check_equal_steps, steps_per_rank
 
     name = "Exercise 04.1 (unequal steps)"
     hint = (f"the shards differ by at most one image, so the step counts differ only when a batch "

@@ -101,15 +101,3 @@ def one_line_errors(main):
             raise SystemExit(1) from None
     return wrapper
 
-
-# TEMPORARY, until notebooks 01, 02, 05 and helpers/exercises.py import these from
-# mnist_mlp.data, their one home: delete this function then.
-_MOVED_TO_DATA = ("mnist_loaders", "steps_per_rank", "check_equal_steps")
-
-
-def __getattr__(name):
-    if name in _MOVED_TO_DATA:
-        from mnist_mlp import data
-
-        return getattr(data, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
