@@ -169,6 +169,8 @@ class ScriptDiff(HTML):
 def _label(path) -> str:
     """Repo-relative (the same on every machine); a file outside the repo by its name."""
     shown = repo_relative(path)
+    if Path(shown).is_absolute():  # e.g. a workspace that links to the repo (the browser test's)
+        shown = repo_relative(Path(path).resolve())
     return Path(path).name if Path(shown).is_absolute() else shown
 
 

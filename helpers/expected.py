@@ -173,3 +173,13 @@ add_quantity(
     "runs_neuron_tools",
     neuron=Fact(True, DOCS + "tools/neuron-explorer/how-to-profile-workload.html"),
     xla_cpu=Fact(False, "neuron-monitor and neuron-explorer need the Neuron driver and runtime"))
+
+_EAGER_DOC = "https://docs.pytorch.org/xla/release/r2.8/learn/eager.html"
+add_quantity(
+    "eager_step_graphs",
+    neuron=Fact(frozenset({0}), DOCS + "frameworks/torch/torch-neuronx/programming-guide/training/"
+                "pytorch-neuron-debug.html: NEURON_USE_EAGER_DEBUG_MODE=1 runs the ops one by one; "
+                "as on any PJRT device, only torch_xla.compile-d functions become graphs",
+                inferred=True),
+    xla_cpu=Fact(frozenset({0}), f"{_EAGER_DOC}: per-op compiles count as EagerOp* metrics, not "
+                 "as step graphs; " + STAND_IN))

@@ -1,7 +1,10 @@
 """helpers/step_time.py on the CPU stand-in, in-process: the per-step deltas of torch_xla's
 metrics put the compile in step 0, one execution in every lazy step, and dozens in eager mode."""
-import torch
 import pytest
+import torch
+# Imported at collection, before any test of this worker runs a CPU backward: the autograd engine
+# sizes its per-device queues on first use, and an XLA device registered later fails there.
+import torch_xla  # noqa: F401
 
 from helpers.step_time import PARTS, StepTimeRecorder, plot_step_breakdown, summarize, train_step
 

@@ -267,10 +267,10 @@ class CacheBrowser:
         self.pending = []
         self.confirm_button.disabled = self.cancel_button.disabled = True
         self.plan_view.value = ""
+        self.refresh()  # first: when the result line shows, the counts above are already new
         failed = any(r.failed for r in results)
         text = "\n".join(r.render() for r in results)
         self.message.value = _coloured(text, ERROR, pre=True) if failed else _pre(text)
-        self.refresh()
         return results
 
     def cancel(self) -> None:
