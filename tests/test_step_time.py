@@ -2,9 +2,12 @@
 metrics put the compile in step 0, one execution in every lazy step, and dozens in eager mode."""
 import pytest
 import torch
-# Imported at collection, before any test of this worker runs a CPU backward: the autograd engine
-# sizes its per-device queues on first use, and an XLA device registered later fails there.
-import torch_xla  # noqa: F401
+import torch_xla
+
+# The XLA device is started at collection, before any test of this process runs a CPU backward:
+# the autograd engine sizes its per-device queues on first use, and counts no XLA device until
+# the runtime is up; a backward on it afterwards fails an internal assert.
+torch_xla.device()
 
 from helpers.step_time import PARTS, StepTimeRecorder, plot_step_breakdown, summarize, train_step
 
