@@ -71,12 +71,26 @@ NOTEBOOK_FIXTURES = {"lab", "chromium", "notebook_runs", "executed_notebooks"}
 NOTEBOOK_GROUP = "notebooks"
 
 
+def notebook_order(item) -> int:
+    """Within the notebook group: tests that click a notebook's widgets keep its kernel open, so
+    they come before the plain runs, which end each kernel (a later widget test would otherwise
+    execute that notebook a second time); tests that only read the runs' results come last."""
+    if getattr(item, "originalname", item.name).startswith("test_notebook_runs_clean"):
+        return 1
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return 2 if "executed_notebooks" in fixtures and "notebook_runs" not in fixtures else 0
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if NOTEBOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(NOTEBOOK_GROUP))
             item.add_marker(pytest.mark.e2e)
+    grouped = [i for i, item in enumerate(items) if item.get_closest_marker("xdist_group")]
+    ordered = sorted((items[i] for i in grouped), key=notebook_order)  # stable: file order kept
+    for i, item in zip(grouped, ordered):
+        items[i] = item
 
 
 def notebook_group_tests(tests_dir) -> set[str]:
