@@ -10,8 +10,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from mnist_mlp.data import TRAIN_IMAGES
+
 COST_DATA = Path(__file__).with_name("data") / "trn1_costs.json"
-TRAIN_IMAGES = 60_000  # MNIST's training set
 TUTORIAL_BATCH = 32  # the tutorial's and the scripts' batch size
 
 

@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 from helpers.tables import text_table
+from mnist_mlp.data import TRAIN_IMAGES
 from mnist_mlp.paths import default_checkpoint_dir
 from mnist_mlp.precision import PRECISIONS
 from mnist_mlp.results import RESULTS_GLOB, RunResults, load_all
@@ -42,13 +43,19 @@ def load_results(checkpoint_dir=None) -> dict[str, RunResults]:
     return dict(sorted(results.items(), key=lambda item: stage_sort_key(item[0])))
 
 
+def epochs_trained(r: RunResults) -> float:
+    """How many passes over the training set the run made, all workers together: a run cut
+    short by --steps-this-run says so, whatever its --epochs."""
+    return round(r.steps * r.batch_size * r.world_size / TRAIN_IMAGES, 2)
+
+
 def results_table(results: dict[str, RunResults]) -> list[dict]:
     """One row per stage: what the comparison shows. total_throughput_it_s counts all workers."""
     return [{"stage": stage, "backend": r.backend, "workers": r.world_size,
              "throughput_it_s": r.throughput_it_s,
              "total_throughput_it_s": r.throughput_it_s * r.world_size,
              "final_loss": r.final_loss, "test_accuracy": r.test_accuracy,
-             "epochs": r.epochs, "steps": r.steps} for stage, r in results.items()]
+             "epochs": epochs_trained(r), "steps": r.steps} for stage, r in results.items()]
 
 
 def format_table(rows: list[dict], columns: list[str] | None = None) -> str:
@@ -85,7 +92,7 @@ def plot_stage_comparison(checkpoint_dir=None):
     rows = results_table(results)
     labels = [r["stage"].replace("bf16_", "bf16\n", 1) for r in rows]  # long names: two lines
     if len({r["epochs"] for r in rows}) > 1:  # runs of different lengths: say so under each bar
-        labels = [f"{label}\n{r['epochs']} epoch{'s' * (r['epochs'] != 1)}"
+        labels = [f"{label}\n{r['epochs']:g} epoch{'s' * (r['epochs'] != 1)}"
                   for label, r in zip(labels, rows)]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
     ax = axes[0]

@@ -252,6 +252,7 @@ def make_loader(kind: str, root: str | os.PathLike | None, **kwargs):
 
 # --------------------------------------------------------------------------- the stage scripts' loaders
 
+TRAIN_IMAGES = 60_000  # MNIST's training set
 TEST_BATCH_SIZE = 1000  # divides 10,000: every test image counts, and one graph serves all batches
 
 

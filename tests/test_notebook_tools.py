@@ -193,10 +193,13 @@ def test_plot_stage_comparison_skips_missing_stages_with_a_note(tmp_path, capsys
 
 
 def test_plot_stage_comparison_names_epochs_when_runs_differ_in_length(tmp_path):
-    write_result(tmp_path, "cpu", epochs=4)
-    write_result(tmp_path, "xla", epochs=1)
+    write_result(tmp_path, "cpu", epochs=4, steps=7500)
+    write_result(tmp_path, "torchrun_w2", epochs=1, steps=937, world_size=2)  # drop_last: 59,968
+    write_result(tmp_path, "bf16_fp32", epochs=4, steps=600)  # cut short by --steps-this-run
     fig, rows = stages.plot_stage_comparison(tmp_path)
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["cpu\n4 epochs", "xla\n1 epoch"]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
+        "cpu\n4 epochs", "torchrun_w2\n1 epoch", "bf16\nfp32\n0.32 epochs"]
+    assert [r["epochs"] for r in rows] == [4, 1, 0.32]
 
 
 def test_plot_stage_comparison_without_any_results_says_what_to_run(tmp_path):
