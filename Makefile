@@ -5,7 +5,8 @@
 #   make test-quick the unit tests only (no notebooks, browser, training or multi-process runs)
 #   make bench      the loader / device-loop benchmark, ratios against the targets
 #   make data       download (or build offline) and verify MNIST
-#   make notebooks  re-execute the notebooks in place on this machine, committing-ready
+#   make notebooks  re-execute the notebooks in place on this machine, committing-ready, and
+#                   record the graphs they compile (notebooks/classroom_graphs.json)
 #   make browser    Chromium and the emoji font for the browser test, when missing (make test runs it)
 #   make reset      notebooks back to their committed state, checkpoints/results removed (data kept)
 #   make classroom-cache                  run every notebook into one compile cache, one archive
@@ -20,6 +21,7 @@ STAMP := $(VENV)/.requirements-stamp
 # from the Neuron pip repository; elsewhere they are not installable and not needed.
 REQUIREMENTS := requirements.txt $(if $(wildcard /dev/neuron0),requirements-neuron.txt)
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+SOLUTIONS := $(sort $(wildcard notebooks/solutions/[0-9][0-9]_*.py))
 # make lab LAB_IP=0.0.0.0 LAB_PORT=8890: where JupyterLab listens. The default, the loopback
 # address, is what an SSH tunnel reaches (README: "JupyterLab on a remote trn1").
 LAB_IP ?= 127.0.0.1
@@ -70,14 +72,12 @@ test-quick: data
 bench: data
 	$(PY) mnist_mlp/bench.py
 
-# Executes the notebooks in order (later ones read results earlier ones wrote).
+# Executes the notebooks in place, in order (later ones read results earlier ones wrote), then
+# every exercise solution, and writes the graphs they compiled (fingerprints of their HLO) into
+# notebooks/classroom_graphs.json: make test fails on a graph outside it. A part of the workbook:
+# make notebooks NOTEBOOKS=notebooks/02_single_core_xla.ipynb SOLUTIONS= (the rest stays recorded).
 notebooks: data
-	@for nb in $(NOTEBOOKS); do \
-	    echo "executing $$nb"; \
-	    $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
-	        --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.timeout=900 \
-	        --ExecutePreprocessor.record_timing=False "$$nb" || exit 1; \
-	done
+	$(PY) -m helpers.classroom notebooks --notebooks $(NOTEBOOKS) --solutions $(SOLUTIONS)
 
 # Chromium (Debian's package, or Ubuntu's snap) and fonts-noto-color-emoji, each when missing;
 # Playwright drives that Chromium and downloads no browser of its own.
@@ -89,11 +89,13 @@ reset:
 	$(PY) -m helpers.classroom reset $(if $(filter 1,$(YES)),--yes)
 
 # Runs every notebook and exercise solution as a student would (about as long as the whole
-# workbook), compiling each graph once into one fresh cache; prints how many graphs it holds.
+# workbook), compiling each graph once into one fresh cache; prints how many graphs it holds and
+# writes this backend's part of notebooks/classroom_graphs.json.
 classroom-cache: data
 	$(PY) -m helpers.classroom cache --archive $(CLASSROOM_ARCHIVE)
 
-# The same pass again, checked against what classroom-cache recorded: 0 graphs outside it.
+# The same pass again, checked against notebooks/classroom_graphs.json (on Trainium also against
+# the compile cache: the graphs it compiled into it): 0 graphs outside it.
 classroom-check: data
 	$(PY) -m helpers.classroom check
 

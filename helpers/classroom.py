@@ -1,8 +1,9 @@
-"""Workshop tools behind `make reset` and `make classroom-cache`.
+"""Workshop tools behind `make reset`, `make notebooks` and `make classroom-cache`.
 
     python -m helpers.classroom reset [--yes]        notebooks as committed; checkpoints/, results/ gone
     python -m helpers.classroom cache --archive F    run every notebook into one compile cache, export it
     python -m helpers.classroom check                a student's pass: any graph the cache lacks?
+    python -m helpers.classroom notebooks            `make notebooks`: execute in place, record graphs
 
 Both show what they will do before doing it. `make classroom-import ARCHIVE=F` is
 `python -m helpers.cache import F` on each student machine.
@@ -107,108 +108,157 @@ def reset(repo: Path = REPO_ROOT, *, yes: bool = False, ask: Callable[[str], str
 # --------------------------------------------------------------------------- classroom cache
 
 SOLUTIONS = "notebooks/solutions"
-GRAPHS_RECORD = "graphs.json"  # what the classroom pass compiled, beside the archive
 
 
 def workbook_notebooks(repo: Path) -> list[Path]:
     return sorted((repo / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def execute_notebook(path: Path, env: dict[str, str], timeout: float = 900) -> float:
+def workbook_solutions(repo: Path) -> list[Path]:
+    return sorted((repo / SOLUTIONS).glob("[0-9][0-9]_*.py"))
+
+
+def item_name(repo: Path, item: Path) -> str:
+    """The record's name of a notebook ("02_x.ipynb") or a solution ("solutions/02_x.py")."""
+    return Path(os.path.abspath(item)).relative_to(os.path.abspath(repo / "notebooks")).as_posix()
+
+
+def execute_notebook(path: Path, env: dict[str, str], timeout: float = 900) -> None:
     """Run a notebook top to bottom in a fresh python3 kernel (its directory as cwd), as a
-    student's Run All does; the file is not changed. Returns the seconds it took."""
+    student's Run All does; the file is not changed."""
     import nbformat
     from nbclient import NotebookClient
 
-    started = time.perf_counter()
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(notebook, kernel_name="python3", timeout=timeout,
                    resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
-    return time.perf_counter() - started
+
+
+def execute_in_place(path: Path, env: dict[str, str], timeout: float = 900) -> None:
+    """What `make notebooks` runs: nbconvert executes the notebook and saves it over itself."""
+    jupyter = Path(sys.executable).parent / "jupyter"
+    subprocess.run([str(jupyter), "nbconvert", "--to", "notebook", "--execute", "--inplace",
+                    "--ExecutePreprocessor.kernel_name=python3",
+                    f"--ExecutePreprocessor.timeout={timeout:g}",
+                    "--ExecutePreprocessor.record_timing=False", str(path)], env=env, check=True)
 
 
 @dataclass
 class GraphPass:
     """One pass through the workbook: the graphs each notebook (with what it started) compiled."""
-    graphs: dict[str, set]  # notebook or solution name -> graph hashes
+    graphs: dict[str, set]  # item_name -> fingerprints (helpers.graph_log)
     seconds: dict[str, float]
 
     @property
     def all_graphs(self) -> set:
         return set().union(*self.graphs.values()) if self.graphs else set()
 
-    def write(self, path: Path, **extra) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"graphs": sorted(self.all_graphs), "by_notebook": {k: sorted(v) for k, v in self.graphs.items()},
-                  "seconds": {k: round(v, 1) for k, v in self.seconds.items()}, **extra}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(path)
-
-
-def read_graphs_record(path: Path) -> set[str]:
-    try:
-        return set(json.loads(path.read_text())["graphs"])
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path} does not exist: run `make classroom-cache` first") from None
+    def table(self) -> str:
+        seen: set = set()
+        rows = []
+        for name, graphs in self.graphs.items():
+            rows.append([name, f"{self.seconds[name]:.0f}", len(graphs), len(graphs - seen)])
+            seen |= graphs
+        return text_table(rows, ["notebook / solution", "seconds", "graphs compiled",
+                                 "new (compiled into the cache)"], right={1, 2, 3}, rule=True)
 
 
 def graph_pass(repo: Path, workdir: Path, *, notebooks: list[Path] | None = None,
-               solutions: bool = True, extra_env: dict[str, str] | None = None,
-               on_line: Callable[[str], object] = print) -> GraphPass:
-    """Execute every notebook (then every exercise solution) with each process's compiled graphs
-    logged (helpers.graph_log); their checkpoints go to workdir, not the student's."""
-    from helpers.graph_log import graph_log_env, read_graph_log
-    from helpers.processes import venv_bin_first, run_streaming
+               solutions: list[Path] | None = None, extra_env: dict[str, str] | None = None,
+               in_place: bool = False, on_line: Callable[[str], object] = print) -> GraphPass:
+    """Execute every notebook (then every exercise solution) with each compiled graph's HLO
+    dumped (helpers.graph_log). A student's pass (the default) runs copies in memory, its
+    checkpoints in workdir; in_place is `make notebooks`: nbconvert saves each notebook, this
+    environment as it is."""
+    from helpers.graph_log import GraphDumps
+    from helpers.processes import run_streaming, venv_bin_first
 
     notebooks = workbook_notebooks(repo) if notebooks is None else notebooks
-    scripts = sorted((repo / SOLUTIONS).glob("[0-9][0-9]_*.py")) if solutions else []
-    logs = workdir / "graph-logs"
-    if logs.exists():  # ours alone: build/classroom/graph-logs, recreated each pass
-        shutil.rmtree(logs)
-    logs.mkdir(parents=True)
-    base = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}  # as a student's kernel
+    scripts = workbook_solutions(repo) if solutions is None else solutions
+    if (workdir / "hlo-dumps").exists():  # ours alone: recreated each pass
+        shutil.rmtree(workdir / "hlo-dumps")
+    dumps = GraphDumps(workdir / "hlo-dumps")
+    base = dict(os.environ)
+    if not in_place:  # as a student's kernel: the backend chosen by the notebook
+        base.pop("PJRT_DEVICE", None)
+        base["CHECKPOINT_DIR"] = str(workdir / "checkpoints")
+        base["PATH"] = venv_bin_first(base.get("PATH"))
     base.update(extra_env or {})
-    base["CHECKPOINT_DIR"] = str(workdir / "checkpoints")
-    base["PATH"] = venv_bin_first(base.get("PATH"))
     result = GraphPass({}, {})
     seen: set = set()
-    for number, item in enumerate([*notebooks, *scripts], 1):
-        log = logs / f"{item.name}.log"  # 03_x.ipynb and solutions/03_x.py: two logs
-        env = {**base, **graph_log_env(log)}
+    items = [*notebooks, *scripts]
+    for number, item in enumerate(items, 1):
+        name, env = item_name(repo, item), {**base, **dumps.env(base)}
+        started = time.perf_counter()
         if item.suffix == ".ipynb":
-            seconds = execute_notebook(item, env)
+            on_line(f"executing {item}")
+            (execute_in_place if in_place else execute_notebook)(item, env)
         else:
-            started = time.perf_counter()
             run_streaming([sys.executable, str(item)], timeout=900, env=env, cwd=repo,
                           on_line=lambda line: None)
-            seconds = time.perf_counter() - started
-        graphs = read_graph_log(log)
-        result.graphs[item.name], result.seconds[item.name] = graphs, seconds
-        on_line(f"[{number}/{len(notebooks) + len(scripts)}] {item.relative_to(repo)}: "
-                f"{seconds:.0f} s, {len(graphs)} graphs compiled, {len(graphs - seen)} not met before")
+        result.seconds[name] = time.perf_counter() - started
+        result.graphs[name] = graphs = dumps.collect(name)
+        on_line(f"[{number}/{len(items)}] {name}: {result.seconds[name]:.0f} s, "
+                f"{len(graphs)} graphs compiled, {len(graphs - seen)} not met before")
         seen |= graphs
     return result
 
 
-def build_classroom_cache(archive: Path, *, repo: Path = REPO_ROOT, backend=None,
+def done_entries(root: Path) -> set[str]:
+    """The compiled graphs (done entries) of a Neuron cache; none where there is no cache yet."""
+    from helpers.cache.location import CompileCacheError
+    from helpers.cache.scan import scan_cache
+
+    try:
+        return {e.key for e in scan_cache(root).entries if e.state == "done" and e.layout != "xla"}
+    except CompileCacheError:
+        return set()
+
+
+def record_notebooks(repo: Path = REPO_ROOT, *, notebooks: list[Path] | None = None,
+                     solutions: list[Path] | None = None, record: Path | None = None,
+                     on_line: Callable[[str], object] = print) -> int:
+    """`make notebooks`: re-execute the notebooks in place, in order, then the exercise
+    solutions, and write the graphs they compiled into the committed record."""
+    from helpers.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
+
+    record = record or repo / "notebooks" / "classroom_graphs.json"
+    backend = kernel_backend()
+    done = graph_pass(repo, repo / "build" / "notebooks-pass", notebooks=notebooks,
+                      solutions=solutions, in_place=True, on_line=on_line)
+    on_line("\n" + done.table())
+    if backend == "neuron" and not done.all_graphs:
+        on_line("The Neuron PJRT plugin wrote no HLO dumps (--xla_dump_to): no neuron record "
+                "written. `make classroom-check` checks a pass against the compile cache itself.")
+        return 0
+    every = [item_name(repo, p) for p in [*workbook_notebooks(repo), *workbook_solutions(repo)]]
+    written = write_record(GraphRecord(backend, installed_torch_xla(), done.graphs), record,
+                           keep=every)
+    on_line(f"\n{record}: {len(written.graphs)} distinct graphs on {backend}, from "
+            f"{len(written.by_item)} notebooks and solutions ({len(done.graphs)} run now). "
+            "Commit it with the notebooks.")
+    return 0
+
+
+def build_classroom_cache(archive: Path, *, repo: Path = REPO_ROOT, backend: str | None = None,
                           cache_dir: Path | None = None, workdir: Path | None = None,
-                          notebooks: list[Path] | None = None, solutions: bool = True,
+                          notebooks: list[Path] | None = None, solutions: list[Path] | None = None,
+                          record: Path | None = None,
                           on_line: Callable[[str], object] = print) -> int:
     """Run every notebook and exercise solution as a student would, into one fresh compile cache,
-    then export that cache: every graph a student's pass compiles is in it.
+    then export that cache: every graph a student's pass compiles is in it. The graphs' record
+    (notebooks/classroom_graphs.json, this backend's part) is written too.
 
     On the stand-in: the same pass on XLA's CPU backend, and the set of graphs it compiled
     (what a Trainium machine compiles and the archive would hold); no archive is written.
     """
     from helpers.cache import flags
     from helpers.cache.cli import main as cache_cli
+    from helpers.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
 
-    if backend is None:
-        from mnist_mlp.backend import select_backend
-
-        backend = select_backend()
-    on_neuron = (backend if isinstance(backend, str) else backend.name) == "neuron"
+    backend = backend or kernel_backend()
+    on_neuron = backend == "neuron"
+    record = record or repo / "notebooks" / "classroom_graphs.json"
     workdir = Path(workdir or repo / "build" / "classroom").resolve()
     cache_dir = Path(cache_dir or workdir / "neuron-cache").resolve()
     env = {}
@@ -222,51 +272,87 @@ def build_classroom_cache(archive: Path, *, repo: Path = REPO_ROOT, backend=None
     done = graph_pass(repo, workdir, notebooks=notebooks, solutions=solutions, extra_env=env,
                       on_line=on_line)
     graphs = done.all_graphs
-    seen: set = set()
-    rows = []
-    for name, hashes in done.graphs.items():
-        rows.append([name, f"{done.seconds[name]:.0f}", len(hashes), len(hashes - seen)])
-        seen |= hashes
-    on_line("\n" + text_table(rows, ["notebook / solution", "seconds", "graphs compiled",
-                                      "new (compiled into the cache)"], right={1, 2, 3}, rule=True))
-    record = workdir / GRAPHS_RECORD
-    done.write(record, backend="neuron" if on_neuron else "stand-in")
+    on_line("\n" + done.table())
     total = sum(done.seconds.values())
-    on_line(f"\n{len(graphs)} distinct graphs compiled by the whole pass ({total / 60:.1f} min); "
-            f"recorded in {record}.")
+    on_line(f"\n{len(graphs)} distinct graphs compiled by the whole pass ({total / 60:.1f} min).")
+    if graphs:
+        write_record(GraphRecord(backend, installed_torch_xla(), done.graphs), record)
+        on_line(f"Recorded in {record} ({backend}): the record covers all {len(graphs)}.")
     if not on_neuron:
         on_line(f"On Trainium each is one neuronx-cc compile, made here once; the archive would "
                 f"hold all {len(graphs)}, so a student machine that imports it compiles 0. This "
-                f"machine has no Neuron cache: no archive is written. `python -m helpers.classroom "
-                f"check` compares another pass with this record.")
+                f"machine has no Neuron cache: no archive is written.")
         return 0
-    from helpers.cache.scan import scan_cache
-
-    entries = [e for e in scan_cache(cache_dir).entries if e.state == "done"]
+    if not graphs:
+        on_line("The Neuron PJRT plugin wrote no HLO dumps (--xla_dump_to): no neuron record "
+                "written; the archive's cache is the record (`make classroom-check`).")
+    entries = done_entries(cache_dir)
     archive.parent.mkdir(parents=True, exist_ok=True)
     code = cache_cli(["export", "--root", str(cache_dir), str(archive)])
     if code == 0:
-        shutil.copyfile(record, archive.with_name(archive.name + "." + GRAPHS_RECORD))
-        on_line(f"The archive holds {len(entries)} compiled graphs (NEFFs) of the {len(graphs)} "
-                f"graphs the pass traced (graphs with the same HLO share one): all of them, so a "
-                f"student machine that imports it compiles 0. Give every student machine "
-                f"{archive} and run there: make classroom-import ARCHIVE={archive.name}")
+        on_line(f"The archive holds {len(entries)} compiled graphs (NEFFs): every graph the pass "
+                f"compiled went into that one fresh cache, so it covers all of them (graphs with "
+                f"the same HLO and flags share one). Give every student machine {archive} and run "
+                f"there: make classroom-import ARCHIVE={archive.name}")
     return code
 
 
-def check_pass(record: Path, log_dir: Path, on_line: Callable[[str], object] = print) -> int:
-    """Compare the graphs logged under log_dir (a student's pass) with the classroom record."""
-    from helpers.graph_log import coverage, read_graph_log
+def check_pass(done: GraphPass, record, path: Path, on_line: Callable[[str], object] = print) -> int:
+    """Compare a student's pass with the record of its backend (a GraphRecord)."""
+    from helpers.graph_record import describe_uncovered, uncovered
 
-    traced = set().union(set(), *(read_graph_log(p) for p in sorted(Path(log_dir).glob("*.log"))))
-    result = coverage(traced, read_graphs_record(record))
-    on_line(result.describe())
-    return 0 if result.ok else 1
+    missing = uncovered(done.graphs, record)
+    if missing:
+        on_line(describe_uncovered(missing, record, path))
+        return 1
+    on_line(f"all {len(done.all_graphs)} graphs compiled by this pass are among the "
+            f"{len(record.graphs)} of {path.name} ({record.backend}): a student machine with the "
+            "classroom cache compiles 0")
+    return 0
+
+
+def check_cache(before: set[str], cache: Path, on_line: Callable[[str], object] = print) -> int:
+    """On Trainium: the done entries a pass added to the compile cache are its compiles."""
+    added = done_entries(cache) - before
+    if added:
+        on_line(f"{len(added)} graphs were compiled into {cache} during this pass: the classroom "
+                f"cache lacked them ({', '.join(sorted(added)[:5])}{', ...' if len(added) > 5 else ''})."
+                " Run `make classroom-cache` again and import the new archive.")
+        return 1
+    on_line(f"0 graphs compiled into {cache} during this pass: the classroom cache held every one")
+    return 0
 
 
 # --------------------------------------------------------------------------- CLI
 
+def run_check(record_path: Path, on_line: Callable[[str], object] = print) -> int:
+    """`make classroom-check`: a student's pass, against the record of this machine's backend;
+    on Trainium also against the compile cache itself (what the pass compiled into it)."""
+    from helpers.graph_record import kernel_backend, read_record
+
+    backend = kernel_backend()
+    record = read_record(backend, record_path)
+    workdir = REPO_ROOT / "build" / "classroom-check"
+    if backend != "neuron":
+        if record is None:  # before a long pass: is there anything to compare with?
+            raise FileNotFoundError(f"{record_path} has no record for {backend}: run `make "
+                                    "notebooks` (or `make classroom-cache`) first")
+        return check_pass(graph_pass(REPO_ROOT, workdir), record, record_path, on_line)
+    from helpers.cache.location import locate_cache
+
+    cache = locate_cache().path  # the student's cache, where classroom-import put the archive
+    before = done_entries(cache)
+    done = graph_pass(REPO_ROOT, workdir)
+    code = check_cache(before, cache, on_line)
+    if record is None:
+        on_line(f"{record_path.name} holds no neuron record: the compile cache above is the check.")
+        return code
+    return max(code, check_pass(done, record, record_path, on_line))
+
+
 def main(argv=None) -> int:
+    from helpers.graph_record import RECORD
+
     parser = argparse.ArgumentParser(prog="python -m helpers.classroom", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -275,26 +361,31 @@ def main(argv=None) -> int:
     cache_cmd = commands.add_parser("cache", help="precompile the workbook's graphs, one archive")
     cache_cmd.add_argument("--archive", type=Path, default=REPO_ROOT / "build" / "classroom-cache.tar.gz")
     check_cmd = commands.add_parser("check", help="run the workbook as a student would; compare "
-                                    "its graphs with the classroom cache's record")
-    check_cmd.add_argument("--record", type=Path,
-                           default=REPO_ROOT / "build" / "classroom" / GRAPHS_RECORD)
+                                    "its graphs with the record (on Trainium: with the cache)")
+    check_cmd.add_argument("--record", type=Path, default=RECORD)
+    notebooks_cmd = commands.add_parser("notebooks", help="re-execute notebooks in place, then the "
+                                        "exercise solutions; write the graphs' record")
+    for option in ("--notebooks", "--solutions"):  # absent: all of them; given alone: none
+        notebooks_cmd.add_argument(option, nargs="*", type=Path, default=None,
+                                   help=f"the {option[2:]} to run (default: all; none: {option} alone)")
     args = parser.parse_args(argv)
     if args.command == "reset":
         return reset(yes=args.yes, ask=input if sys.stdin.isatty() and not args.yes else None)
+    from helpers.cache.location import CompileCacheError
     from helpers.processes import CommandError
 
+    name = "notebooks" if args.command == "notebooks" else f"classroom-{args.command}"
     try:
         if args.command == "cache":
             return build_classroom_cache(args.archive.resolve())
-        read_graphs_record(args.record)  # before a long pass: is there anything to compare with?
-        workdir = REPO_ROOT / "build" / "classroom-check"
-        graph_pass(REPO_ROOT, workdir)
-        return check_pass(args.record, workdir / "graph-logs")
-    except (CommandError, ValueError, OSError) as err:
-        print(f"make classroom-{args.command}: {err}", file=sys.stderr)
+        if args.command == "notebooks":
+            return record_notebooks(notebooks=args.notebooks, solutions=args.solutions)
+        return run_check(args.record)
+    except (CommandError, CompileCacheError, ValueError, OSError, subprocess.CalledProcessError) as err:
+        print(f"make {name}: {err}", file=sys.stderr)
         return 1
     except Exception as err:  # a notebook cell failed (nbclient's CellExecutionError)
-        print(f"make classroom-{args.command}: a notebook failed: {str(err)[-2000:]}", file=sys.stderr)
+        print(f"make {name}: a notebook failed: {str(err)[-2000:]}", file=sys.stderr)
         return 1
 
 

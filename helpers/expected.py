@@ -183,3 +183,15 @@ add_quantity(
                 inferred=True),
     xla_cpu=Fact(frozenset({0}), f"{_EAGER_DOC}: per-op compiles count as EagerOp* metrics, not "
                  "as step graphs; " + STAND_IN))
+
+# --- The classroom cache's graph record (helpers/graph_record.py) ------------------------------
+add_quantity(
+    "graph_record",
+    neuron=Fact(None, f"{CACHING}: the cache keeps one neuronxcc-<version>/MODULE_<hash>+<flags>/ "
+                "entry per compiled graph, keyed by its HLO module and the compiler flags; the "
+                "stand-in's record does not apply on Trainium (Neuron's torch-xla may lower the "
+                "same code to other HLO, and its PJRT plugin may ignore --xla_dump_to): `make "
+                "notebooks` there writes a neuron record only where it dumps HLO, and `make "
+                "classroom-check` checks a pass against the compile cache itself", inferred=True),
+    xla_cpu=Fact("notebooks/classroom_graphs.json", "fingerprints of each graph's HLO before "
+                 "optimization (helpers/graph_log.py), the same on every machine; " + STAND_IN))

@@ -1,91 +1,78 @@
-"""Which XLA graphs a pass through the workbook compiled, from torch_xla's own debug output.
+"""Which XLA graphs a run compiled, named by a fingerprint of their HLO.
 
-With PT_XLA_DEBUG_LEVEL=1 torch_xla writes a "Compilation Analysis" block, naming the graph's
-hash, for every graph it compiles; PT_XLA_DEBUG_FILE sends those blocks to a file instead of the
-output. Both are inherited, so one file collects the graphs of a kernel, the scripts it starts
-and their torchrun workers. The classroom cache (helpers/classroom.py) records its set; a
-student's pass must compile nothing outside it.
+XLA writes the HLO module of every graph it compiles to a dump directory when XLA_FLAGS asks
+(`--xla_dump_to`); the flags are inherited, so one directory collects the graphs of a kernel, the
+scripts it starts and their torchrun workers. A graph's fingerprint is a hash of that module's
+text before optimization, its name normalized: the same on every machine (another CPU ISA, cwd
+or checkpoint dir gives the same text), unlike torch_xla's "Graph Hash", which mixes in an
+environment hash. The HLO module is also what the Neuron compile cache is keyed by.
 
-    env.update(graph_log_env(path))      # before starting a kernel (or JupyterLab)
-    read_graph_log(path)                 # -> {graph hash, ...}
+    env.update(hlo_dump_env(directory, env))   # before starting a kernel (or JupyterLab)
+    read_fingerprints(directory)               # -> {fingerprint, ...}
+
+Limits: XLA prints constants of more than 10 elements as `{...}` (torch_xla's own env hash
+counts `--xla_dump_large_constants`, so it is not set), so two graphs differing only in such a
+constant's values share a fingerprint. Cost on the CPU stand-in: XLA also dumps the LLVM IR and
+MLIR of each module, about 115 files, 1.3 MB and 0.3 s of CPU per compiled graph;
+GraphDumps.collect deletes them as it reads.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-# Hook for anything that starts kernels (the browser test's JupyterLab): a file path. When set,
-# graph_log_env(path) is what those kernels get in their environment.
-GRAPH_LOG_ENV = "WORKBOOK_GRAPH_LOG"
-DEBUG_LEVEL, DEBUG_FILE = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
-GRAPH_HASH = re.compile(r"Graph Hash:\s*([0-9a-f]{16,64})\b")
+# torch_xla leaves these out of its env hash: they change no graph hash and no torch_xla cache key.
+DUMP_FLAGS = ("--xla_dump_hlo_as_text", "--xla_dump_disable_metadata", "--xla_dump_include_timestamp")
+HLO_SUFFIX = ".before_optimizations.txt"
+_MODULE_LINE = re.compile(r"HloModule\s+([^\s,]+)")
 
 
-def graph_log_env(path: str | os.PathLike) -> dict[str, str]:
-    """The variables that make every process started with them log its compiled graphs to path."""
-    path = os.fspath(Path(path).resolve())
-    return {DEBUG_LEVEL: "1", DEBUG_FILE: path, GRAPH_LOG_ENV: path}
+def hlo_dump_env(directory: str | os.PathLike, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """XLA_FLAGS that dump every compiled graph's HLO into directory, after env's own flags."""
+    env = os.environ if env is None else env
+    own = env.get("XLA_FLAGS", "").strip()
+    dump = f"--xla_dump_to={Path(directory).resolve()} {' '.join(DUMP_FLAGS)}"
+    return {"XLA_FLAGS": f"{own} {dump}".strip()}
 
 
-def graph_hashes_in(text: str) -> set[str]:
-    return set(GRAPH_HASH.findall(text))
+def hlo_fingerprint(text: str) -> str:
+    """16 hex digits of the module's text with its name (SyncTensorsGraph.<n>) replaced."""
+    found = _MODULE_LINE.match(text)
+    if not found:
+        raise ValueError(f"not an HLO module dump: {text[:80]!r}")
+    name = re.compile(r"(?<![\w.])" + re.escape(found.group(1)) + r"(?![\w.])")
+    return hashlib.sha256(name.sub("MODULE", text).encode()).hexdigest()[:16]
 
 
-def read_graph_log(path: str | os.PathLike) -> set[str]:
-    """Every graph hash in a log; an absent log holds none (nothing compiled)."""
-    try:
-        return graph_hashes_in(Path(path).read_text(errors="replace"))
-    except FileNotFoundError:
-        return set()
+def read_fingerprints(directory: str | os.PathLike) -> set[str]:
+    """The fingerprint of every graph dumped in directory; none if it does not exist."""
+    directory = Path(directory)
+    return fingerprints_of(directory.glob(f"*{HLO_SUFFIX}")) if directory.is_dir() else set()
 
 
-def child_debug_env(caller_env: Mapping[str, str] | None,
-                    inherited: Mapping[str, str] = os.environ) -> tuple[dict[str, str], str | None]:
-    """A child whose caller asks for PT_XLA_DEBUG_LEVEL to read the analysis from its output
-    (notebook 03) must not have it diverted to an inherited graph log. Returns the variables
-    to remove from the child's environment, and the log its hash lines must be copied to."""
-    caller_env = caller_env or {}
-    log = inherited.get(GRAPH_LOG_ENV)
-    if log and DEBUG_LEVEL in caller_env and DEBUG_FILE not in caller_env:
-        return {DEBUG_FILE: ""}, log
-    return {}, None
+def fingerprints_of(paths: Iterable[Path]) -> set[str]:
+    return {hlo_fingerprint(p.read_text(errors="replace")) for p in paths if p.name.endswith(HLO_SUFFIX)}
 
 
-def append_graph_lines(log: str | os.PathLike, lines: Iterable[str]) -> None:
-    """Copy the graph-hash lines of a child's output into the graph log."""
-    found = [line for line in lines if GRAPH_HASH.search(line)]
-    if found:
-        with open(log, "a") as out:
-            out.write("".join(f"{line.strip()}\n" for line in found))
+class GraphDumps:
+    """One dump directory filled by the processes started with env(); collect(label) files what
+    is there under label and empties it. Runs that follow each other get one label each."""
 
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory).resolve()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.by_label: dict[str, set[str]] = {}
 
-@dataclass(frozen=True)
-class Coverage:
-    """A pass's graphs against the classroom cache's."""
-    traced: frozenset  # graphs the pass compiled
-    cached: frozenset  # graphs the classroom cache holds
+    def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        return hlo_dump_env(self.directory, env)
 
-    @property
-    def missing(self) -> frozenset:
-        return self.traced - self.cached
-
-    @property
-    def ok(self) -> bool:
-        return not self.missing
-
-    def describe(self) -> str:
-        if self.ok:
-            return (f"all {len(self.traced)} graphs compiled by this pass are among the "
-                    f"{len(self.cached)} of the classroom cache: a student machine compiles 0")
-        return (f"{len(self.missing)} of the {len(self.traced)} graphs compiled by this pass are "
-                f"not in the classroom cache ({', '.join(sorted(self.missing)[:5])}"
-                f"{', ...' if len(self.missing) > 5 else ''}): each would be a neuronx-cc compile "
-                "on every student machine. Run `make classroom-cache` again after changing a "
-                "notebook or script, and keep what the cells trace independent of time and machine.")
-
-
-def coverage(traced: Iterable[str], cached: Iterable[str]) -> Coverage:
-    return Coverage(frozenset(traced), frozenset(cached))
+    def collect(self, label: str) -> set[str]:
+        files = [p for p in self.directory.iterdir() if p.is_file()]  # what is written after
+        found = fingerprints_of(files)                                  # this waits for the next
+        for path in files:
+            path.unlink(missing_ok=True)
+        self.by_label.setdefault(label, set()).update(found)
+        return found

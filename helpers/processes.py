@@ -21,8 +21,6 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from helpers.graph_log import append_graph_lines, child_debug_env
-
 # torchrun's own per-rank line prefix, global rank (so two nodes' ranks differ too).
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
@@ -171,9 +169,6 @@ def run_streaming(cmd: Sequence[str], *, timeout: float, env: Mapping[str, str] 
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env["PATH"] = venv_bin_first(full_env.get("PATH"))
-    removed, graph_log = child_debug_env(env)  # a caller reading the XLA analysis gets it
-    for name in removed:
-        full_env.pop(name, None)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,
                             start_new_session=True)
@@ -215,8 +210,6 @@ def run_streaming(cmd: Sequence[str], *, timeout: float, env: Mapping[str, str] 
         raise CommandTimedOut(message, cmd=cmd, returncode=proc.returncode, lines=lines,
                               summary="\n".join(lines[-ERROR_TAIL_LINES:]))
     reader.join(timeout=1)
-    if graph_log:
-        append_graph_lines(graph_log, lines)
     if proc.returncode != 0 and check:
         summary = (failure_summary or _last_lines)(lines)
         raise CommandFailed(f"Command failed with exit code {proc.returncode}: {shlex.join(cmd)}\n"

@@ -96,11 +96,22 @@ def test_make_classroom_cache_and_check_run_the_classroom_pass():
     assert "-m helpers.classroom check" in make_plan("classroom-check")
 
 
-def test_classroom_check_without_a_record_says_to_make_the_cache_first(tmp_path):
+def test_make_notebooks_runs_the_notebooks_then_the_solutions_and_records_their_graphs():
+    plan = make_plan("notebooks")
+    assert ("-m helpers.classroom notebooks --notebooks notebooks/00_setup.ipynb "
+            "notebooks/01_cpu_training.ipynb") in plan
+    assert "--solutions notebooks/solutions/01_cpu_training.py" in plan
+    part = make_plan("notebooks", "NOTEBOOKS=notebooks/00_setup.ipynb", "SOLUTIONS=")
+    assert part.rstrip().endswith("notebooks --notebooks notebooks/00_setup.ipynb --solutions")
+
+
+def test_classroom_check_without_a_record_says_to_make_one_first(tmp_path):
+    env = {**os.environ, "PJRT_DEVICE": "CPU"}  # the stand-in's record, whatever the machine
     done = subprocess.run([sys.executable, "-m", "helpers.classroom", "check", "--record",
-                           str(tmp_path / "graphs.json")], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 1 and "run `make classroom-cache` first" in done.stderr
+                           str(tmp_path / "classroom_graphs.json")], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "has no record for xla-cpu" in done.stderr
+    assert "run `make notebooks` (or `make classroom-cache`) first" in done.stderr
 
 
 def test_make_classroom_import_loads_an_exported_archive(tmp_path):
@@ -140,3 +151,18 @@ def test_make_test_installs_the_browser_before_pytest():
     plan = make_plan("test")
     assert "install_browser.sh" in plan, plan
     assert plan.index("install_browser.sh") < plan.index("-m pytest")
+
+
+def test_on_trainium_the_check_counts_the_graphs_a_pass_compiled_into_the_cache(tmp_path):
+    from helpers.cache.demo import DEMO_ENTRIES
+    from helpers.classroom import check_cache, done_entries
+
+    imported = build_demo_cache(tmp_path / "imported", labels=["done_hex"])
+    after = build_demo_cache(tmp_path / "after", labels=["done_hex", "done_big", "failed"])
+    assert done_entries(tmp_path / "absent") == set(), "no cache yet: nothing cached"
+    said = []
+    assert check_cache(done_entries(imported), after, on_line=said.append) == 1
+    assert said[0].startswith(f"1 graphs were compiled into {after} during this pass")
+    assert DEMO_ENTRIES["done_big"].key in said[0], "named; the failed compile is not a graph"
+    assert check_cache(done_entries(after), after, on_line=said.append) == 0
+    assert said[1].startswith("0 graphs compiled into")

@@ -1,32 +1,39 @@
 """The classroom cache covers every graph: a pass through a workbook (its kernels, the scripts
-they start, the exercise solutions) logs each compiled graph's hash, and a student's pass must
-compile none outside the classroom pass's set. Real kernels (nbclient), real torch_xla on the CPU
-stand-in, a small workbook written here so the test stays cheap."""
+they start, the exercise solutions) records the fingerprint of each compiled graph's HLO, and
+another execution must compile none outside that record. Real kernels (nbclient, nbconvert),
+real torch_xla on the CPU stand-in, a small workbook written here so the test stays cheap."""
 import json
 import sys
 
 import nbformat
 import pytest
 
-from helpers.classroom import build_classroom_cache, check_pass, graph_pass, read_graphs_record
-from helpers.graph_log import (GRAPH_LOG_ENV, child_debug_env, coverage, graph_log_env,
-                               read_graph_log)
+from helpers.classroom import build_classroom_cache, check_pass, graph_pass, record_notebooks
+from helpers.graph_log import GraphDumps, hlo_dump_env, read_fingerprints
+from helpers.graph_record import describe_uncovered, read_record, uncovered
 from helpers.processes import run_streaming
+from helpers.xla_metrics import graph_hashes
+from tests.browser.conftest import kernel_env
 
 pytestmark = pytest.mark.e2e  # kernels and processes that start torch_xla
 
+SET_UP = "import os\nos.environ['PJRT_DEVICE'] = 'CPU'"
 KERNEL_GRAPH = """import torch, torch_xla
 x = torch.arange(6.0, device=torch_xla.device())
 print((x * 2).sum().item())"""
 # A cell launching a script the way notebook 03 does: it asks for PT_XLA_DEBUG_LEVEL itself and
-# reads the hashes from the output, which must not be diverted into the graph log.
-SCRIPT_GRAPH = """import sys
+# reads the graph hashes from the output (the HLO dump, set by XLA_FLAGS, is inherited).
+CHILD = ("import torch, torch_xla; y = torch.ones(5, device=torch_xla.device()); "
+         "print((y + 1).sum().item())")
+SCRIPT_GRAPH = f"""import sys
 from helpers.processes import run_streaming
 from helpers.xla_metrics import graph_hashes
-child = "import torch, torch_xla; y = torch.ones(5, device=torch_xla.device()); print((y + 1).sum().item())"
-run = run_streaming([sys.executable, "-c", child], timeout=300, env={"PJRT_DEVICE": "CPU", "PT_XLA_DEBUG_LEVEL": "1"})
+from helpers.xla_metrics import graph_hashes
+run = run_streaming([sys.executable, "-c", {CHILD!r}], timeout=300, env={{"PJRT_DEVICE": "CPU", "PT_XLA_DEBUG_LEVEL": "1"}})
 assert len(graph_hashes(run.lines)) == 1, run.lines"""
-SOLUTION = """import torch, torch_xla
+# The solution, a script, traces the kernel's graph too, and one of its own.
+SOLUTION = f"""{SET_UP}
+{KERNEL_GRAPH}
 z = torch.ones(3, 3, device=torch_xla.device())
 print((z @ z).sum().item())
 """
@@ -45,75 +52,96 @@ def write_notebook(path, *cells):
 def workbook(tmp_path_factory):
     repo = tmp_path_factory.mktemp("classroom") / "workbook"
     (repo / "notebooks" / "solutions").mkdir(parents=True)
-    write_notebook(repo / "notebooks" / "01_kernel.ipynb", "import os\nos.environ['PJRT_DEVICE'] = 'CPU'",
-                   KERNEL_GRAPH)
+    write_notebook(repo / "notebooks" / "01_kernel.ipynb", SET_UP, KERNEL_GRAPH)
     write_notebook(repo / "notebooks" / "02_script.ipynb", SCRIPT_GRAPH)
-    (repo / "notebooks" / "solutions" / "01_kernel.py").write_text(
-        "import os\nos.environ['PJRT_DEVICE'] = 'CPU'\n" + SOLUTION)
+    (repo / "notebooks" / "solutions" / "01_kernel.py").write_text(SOLUTION)
     return repo
 
 
 @pytest.fixture(scope="module")
-def classroom(workbook):
+def recorded(workbook):
+    """`make notebooks` on the small workbook: executed in place, then its solution; recorded."""
     said = []
-    code = build_classroom_cache(workbook / "build" / "classroom.tar.gz", repo=workbook,
-                                 backend="xla-cpu", workdir=workbook / "build" / "classroom",
-                                 on_line=said.append)
-    assert code == 0, said
-    return workbook / "build" / "classroom" / "graphs.json", "\n".join(said)
+    assert record_notebooks(workbook, on_line=said.append) == 0, said
+    return workbook / "notebooks" / "classroom_graphs.json", "\n".join(said)
 
 
-def test_the_classroom_pass_records_kernel_script_and_solution_graphs(classroom):
-    record, said = classroom
-    by_notebook = json.loads(record.read_text())["by_notebook"]
-    assert set(by_notebook) == {"01_kernel.ipynb", "02_script.ipynb", "01_kernel.py"}
-    assert all(by_notebook.values()), f"each compiled at least one graph: {by_notebook}"
-    everything = read_graphs_record(record)
-    assert everything == set().union(*map(set, by_notebook.values()))
-    assert len(everything) >= 3, "the kernel's, the script's and the solution's graphs differ"
-    assert f"{len(everything)} distinct graphs compiled by the whole pass" in said
-    assert f"the archive would hold all {len(everything)}" in said and "no archive is written" in said
+def test_make_notebooks_executes_in_place_and_records_kernel_script_and_solution_graphs(workbook, recorded):
+    path, said = recorded
+    executed = nbformat.read(workbook / "notebooks" / "01_kernel.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for o in executed.cells[1].outputs)
+    assert "30.0" in printed.split(), f"saved with its outputs: {printed!r}"
+    record = read_record("xla-cpu", path)
+    assert set(record.by_item) == {"01_kernel.ipynb", "02_script.ipynb", "solutions/01_kernel.py"}
+    kernel, script, solution = (record.by_item[k] for k in sorted(record.by_item))
+    assert len(kernel) == len(script) == 1 and len(solution) == 2, record.by_item
+    assert kernel < solution, "the same graph in a kernel and in a script: one fingerprint"
+    assert kernel != script, "the script a cell started has its own graph, recorded"
+    assert json.loads(path.read_text())["backends"]["xla-cpu"]["graphs"] == 3
+    assert f"{path}: 3 distinct graphs on xla-cpu, from 3 notebooks and solutions" in said
 
 
-def test_a_second_pass_in_another_environment_compiles_nothing_new(workbook, classroom, tmp_path):
-    record, _ = classroom
-    # Another checkpoint dir, another log location, PJRT_DEVICE not preset: a student's machine.
-    learner = graph_pass(workbook, tmp_path / "learner", solutions=False, on_line=lambda line: None)
-    instructor = json.loads(record.read_text())["by_notebook"]
-    for name, graphs in learner.graphs.items():
-        assert graphs == set(instructor[name]), f"{name}: the same graphs again (deterministic)"
+def test_another_process_and_machine_setting_give_the_same_fingerprints(workbook, recorded, tmp_path):
+    # The script notebook 02 started, run again alone: another process, cwd and CPU ISA. torch_xla's
+    # graph hash (its output, saved in the notebook) changes with the ISA; the HLO does not.
+    path, _ = recorded
+    env = {"PJRT_DEVICE": "CPU", "PT_XLA_DEBUG_LEVEL": "1",
+           **hlo_dump_env(tmp_path / "dumps", {"XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2"})}
+    run = run_streaming([sys.executable, "-c", CHILD], timeout=300, env=env, cwd=tmp_path,
+                        on_line=lambda line: None)
+    assert read_fingerprints(tmp_path / "dumps") == read_record("xla-cpu", path).by_item["02_script.ipynb"]
+    saved = nbformat.read(workbook / "notebooks" / "02_script.ipynb", as_version=4)
+    in_notebook = graph_hashes("".join(o.get("text", "") for o in saved.cells[0].outputs))
+    assert len(in_notebook) == 1 and len(graph_hashes(run.lines)) == 1
+    assert graph_hashes(run.lines) != in_notebook, "the ISA flag took effect"
+
+
+def test_a_students_pass_elsewhere_compiles_nothing_outside_the_record(workbook, recorded, tmp_path):
+    path, _ = recorded
+    record = read_record("xla-cpu", path)
+    # Another checkpoint dir and dump dir, PJRT_DEVICE not preset, another ISA: a student's machine.
+    learner = graph_pass(workbook, tmp_path / "learner", solutions=[],
+                         notebooks=[workbook / "notebooks" / "01_kernel.ipynb"],
+                         extra_env={"XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2"}, on_line=lambda line: None)
+    assert learner.graphs == {"01_kernel.ipynb": record.by_item["01_kernel.ipynb"]}
     said = []
-    assert check_pass(record, tmp_path / "learner" / "graph-logs", on_line=said.append) == 0
+    assert check_pass(learner, record, path, on_line=said.append) == 0
     assert "compiles 0" in said[0]
 
 
-def test_a_new_cell_with_a_new_graph_is_caught(workbook, classroom, tmp_path):
-    record, _ = classroom
-    changed = tmp_path / "workbook"
-    (changed / "notebooks").mkdir(parents=True)
-    write_notebook(changed / "notebooks" / "01_kernel.ipynb", "import os\nos.environ['PJRT_DEVICE'] = 'CPU'",
-                   KERNEL_GRAPH, NEW_CELL)
-    graph_pass(changed, tmp_path / "learner", solutions=False, on_line=lambda line: None)
+def test_the_classroom_cache_says_how_many_graphs_it_recorded_and_that_they_are_covered(workbook, tmp_path):
     said = []
-    assert check_pass(record, tmp_path / "learner" / "graph-logs", on_line=said.append) == 1
-    assert said[0].startswith("1 of the 2 graphs compiled by this pass are not in the classroom cache"), said
-    assert "make classroom-cache" in said[0]
+    record = tmp_path / "classroom_graphs.json"
+    assert build_classroom_cache(tmp_path / "classroom.tar.gz", repo=workbook, backend="xla-cpu",
+                                 workdir=tmp_path / "classroom", solutions=[],
+                                 notebooks=[workbook / "notebooks" / "01_kernel.ipynb"],
+                                 record=record, on_line=said.append) == 0
+    said = "\n".join(said)
+    assert "1 distinct graphs compiled by the whole pass" in said
+    assert f"Recorded in {record} (xla-cpu): the record covers all 1." in said
+    assert "no archive is written" in said and not (tmp_path / "classroom.tar.gz").exists()
+    assert read_record("xla-cpu", record).by_item.keys() == {"01_kernel.ipynb"}
 
 
-def test_graph_log_env_collects_a_child_and_leaves_an_explicit_reader_its_output(tmp_path, monkeypatch):
-    log = tmp_path / "graphs.log"
-    env = graph_log_env(log)
-    assert env["PT_XLA_DEBUG_LEVEL"] == "1" and env[GRAPH_LOG_ENV] == env["PT_XLA_DEBUG_FILE"]
-    child = "import torch, torch_xla; print((torch.ones(2, device=torch_xla.device()) * 3).sum().item())"
-    quiet = run_streaming([sys.executable, "-c", child], timeout=300, env={"PJRT_DEVICE": "CPU", **env},
-                          on_line=lambda line: None)
-    assert not any("Graph Hash" in line for line in quiet.lines), "the analysis went to the file"
-    logged = read_graph_log(log)
-    assert len(logged) == 1
-    monkeypatch.setenv(GRAPH_LOG_ENV, str(log))
-    monkeypatch.setenv("PT_XLA_DEBUG_FILE", str(log))
-    assert child_debug_env({"PT_XLA_DEBUG_LEVEL": "1"}) == ({"PT_XLA_DEBUG_FILE": ""}, str(log))
-    assert child_debug_env({}) == ({}, None)
-    assert read_graph_log(tmp_path / "absent.log") == set()
-    missing = coverage({"a", "b"}, {"a"})
-    assert not missing.ok and missing.missing == {"b"} and "1 of the 2" in missing.describe()
+def test_a_new_cell_with_a_new_graph_fails_naming_its_notebook(recorded, tmp_path):
+    """What tests/test_notebook_graphs.py does after the session's run: the kernel environment of
+    the browser test and its nbclient fallback, one label per notebook."""
+    from nbclient import NotebookClient
+
+    path, _ = recorded
+    (tmp_path / "notebooks").mkdir()
+    changed = tmp_path / "notebooks" / "01_kernel.ipynb"
+    write_notebook(changed, SET_UP, KERNEL_GRAPH, NEW_CELL)
+    dumps = GraphDumps(tmp_path / "dumps")
+    notebook = nbformat.read(changed, as_version=4)
+    NotebookClient(notebook, kernel_name="python3", timeout=300,
+                   resources={"metadata": {"path": str(changed.parent)}}).execute(
+        env=kernel_env(changed.parent, dumps))
+    dumps.collect(changed.name)
+    record = read_record("xla-cpu", path)
+    missing = uncovered(dumps.by_label, record)
+    assert list(missing) == ["01_kernel.ipynb"] and len(missing["01_kernel.ipynb"]) == 1
+    said = describe_uncovered(missing, record, path)
+    assert said.startswith("01_kernel.ipynb compiled 1 graph(s) not in classroom_graphs.json "
+                           "(xla-cpu, 3 graphs)")
+    assert "run `make notebooks`" in said and "`make classroom-cache`" in said

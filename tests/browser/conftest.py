@@ -3,7 +3,9 @@ Chromium, and each notebook run once (in order: later notebooks read what earlie
 
 That run is the test session's only execution of each notebook: `executed_notebooks` hands the
 saved result to the output comparison (test_notebook_outputs.py). Where no browser is found
-outside CI, nbclient executes them instead, once, and the browser tests are skipped."""
+outside CI, nbclient executes them instead, once, and the browser tests are skipped. Either way
+the kernels dump the HLO of every graph they (and what they start) compile: `notebook_graphs`
+files them under the notebook whose Run All was going (test_notebook_graphs.py)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.graph_log import GraphDumps
 from tests.browser.find_browser import find_chromium, in_ci, profile_parent
 from tests.browser.lab_page import NotebookRun, run_notebook
 from tests.browser.lab_server import CHROMIUM_ARGS, LabServer, browser_problem, make_workspace
@@ -46,18 +49,26 @@ def lab_notebooks(tmp_path_factory) -> Path:
     return make_workspace(REPO_ROOT, tmp_path_factory.mktemp("lab") / "workbook")
 
 
-def kernel_env(lab_notebooks: Path) -> dict[str, str]:
+def kernel_env(lab_notebooks: Path, graphs: GraphDumps | None = None) -> dict[str, str]:
     """Kernels see what a learner's would: no PJRT_DEVICE preset by the test session; their
-    checkpoints and results go to the copy, not the repo."""
+    checkpoints and results go to the copy, not the repo; with graphs, XLA dumps their HLO there."""
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     env["CHECKPOINT_DIR"] = str(lab_notebooks.parent / "checkpoints")
+    if graphs is not None:
+        env.update(graphs.env(env))
     return env
 
 
 @pytest.fixture(scope="session")
-def lab(browser_ready, lab_notebooks, tmp_path_factory):
+def notebook_graphs(tmp_path_factory) -> GraphDumps:
+    """The graphs the session's execution of the notebooks compiled, by notebook (by_label)."""
+    return GraphDumps(tmp_path_factory.mktemp("hlo-dumps"))
+
+
+@pytest.fixture(scope="session")
+def lab(browser_ready, lab_notebooks, notebook_graphs, tmp_path_factory):
     server = LabServer(lab_notebooks, tmp_path_factory.mktemp("lab-state"),
-                       env=kernel_env(lab_notebooks)).start()
+                       env=kernel_env(lab_notebooks, notebook_graphs)).start()
     yield server
     server.stop()
 
@@ -107,8 +118,8 @@ def keep_executed(saved: Path) -> Path:
 class NotebookRuns:
     """Runs each notebook once, in order, and keeps what was found for the tests to assert."""
 
-    def __init__(self, server, context, notebooks: list[Path]):
-        self.server, self.context, self.notebooks = server, context, notebooks
+    def __init__(self, server, context, notebooks: list[Path], graphs: GraphDumps):
+        self.server, self.context, self.notebooks, self.graphs = server, context, notebooks, graphs
         self.runs: dict[str, NotebookRun] = {}
         self.kept_open: set[str] = set()
 
@@ -122,8 +133,10 @@ class NotebookRuns:
             del self.runs[name]  # released already: run it again for the clicks
         for path in self.notebooks[:names.index(name) + 1]:
             if path.name not in self.runs:
+                self.graphs.collect(between_runs(self.kept_open))
                 page = self.context.new_page()
                 run = run_notebook(page, self.server, path, NOTEBOOK_TIMEOUT_S)
+                self.graphs.collect(path.name)
                 run.executed = keep_executed(path)
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SCREENSHOTS / f"{path.stem}.png"))
@@ -147,9 +160,15 @@ class NotebookRuns:
         self.kept_open.discard(name)
 
 
+def between_runs(kept_open) -> str:
+    """The label of graphs compiled outside any notebook's Run All."""
+    still_open = ", ".join(sorted(kept_open)) or "none"
+    return f"outside Run All (widget clicks, cells re-run; kernels open: {still_open})"
+
+
 @pytest.fixture(scope="session")
-def notebook_runs(lab, chromium, lab_notebooks):
-    runs = NotebookRuns(lab, chromium, workbook_notebooks(lab_notebooks))
+def notebook_runs(lab, chromium, lab_notebooks, notebook_graphs):
+    runs = NotebookRuns(lab, chromium, workbook_notebooks(lab_notebooks), notebook_graphs)
     yield runs
     for name in list(runs.kept_open):
         runs.release(name)
@@ -159,8 +178,8 @@ class KernelRuns:
     """Where no browser is found (outside CI): each notebook executed once by nbclient in the same
     copy, with the same kernel environment, and saved as the browser run would save it."""
 
-    def __init__(self, notebooks: list[Path]):
-        self.notebooks = notebooks
+    def __init__(self, notebooks: list[Path], graphs: GraphDumps):
+        self.notebooks, self.graphs = notebooks, graphs
         self.executed: dict[str, Path] = {}
 
     def get(self, name: str) -> Path:
@@ -176,17 +195,18 @@ class KernelRuns:
             client = nbclient.NotebookClient(
                 nb, timeout=NOTEBOOK_TIMEOUT_S, kernel_name="python3", allow_errors=True,
                 resources={"metadata": {"path": str(path.parent)}})
-            client.execute(env=kernel_env(path.parent))
+            client.execute(env=kernel_env(path.parent, self.graphs))
+            self.graphs.collect(path.name)
             nbformat.write(nb, path)
             self.executed[path.name] = keep_executed(path)
         return self.executed[name]
 
 
 @pytest.fixture(scope="session")
-def executed_notebooks(request, lab_notebooks):
+def executed_notebooks(request, lab_notebooks, notebook_graphs):
     """name -> the path of that notebook as this session's one execution saved it."""
     if browser_problem() is None or in_ci():
         runs = request.getfixturevalue("notebook_runs")
         return lambda name: runs.get(name).executed
-    runs = KernelRuns(workbook_notebooks(lab_notebooks))
+    runs = KernelRuns(workbook_notebooks(lab_notebooks), notebook_graphs)
     return runs.get

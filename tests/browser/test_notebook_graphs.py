@@ -1,0 +1,31 @@
+"""Every graph this session's one execution of the notebooks compiled (their kernels, the scripts
+they start, their torchrun workers) is in the committed record, notebooks/classroom_graphs.json:
+the classroom cache built from the same pass holds it, so a student compiles none. A new cell
+that traces a new graph fails here, naming its notebook. Runs in the notebook group, after the
+notebooks (it takes `executed_notebooks`)."""
+from __future__ import annotations
+
+import pytest
+
+from helpers.expected import expected
+from helpers.graph_record import (RECORD, REGENERATE, describe_uncovered, kernel_backend,
+                                  read_record, uncovered)
+from tests.browser.conftest import kernel_env, workbook_notebooks
+from tests.conftest import REPO_ROOT
+
+
+def test_every_graph_the_notebooks_compiled_is_in_the_record(executed_notebooks, lab_notebooks,
+                                                              notebook_graphs):
+    for path in workbook_notebooks(REPO_ROOT / "notebooks"):
+        executed_notebooks(path.name)  # each ran (in order), once per session
+    notebook_graphs.collect("after the last Run All")
+    backend = kernel_backend(kernel_env(lab_notebooks))
+    record = read_record(backend)
+    if record is None and expected(backend).graph_record is None:
+        pytest.skip(f"no {backend} record in {RECORD.name}, and none is needed: "
+                    f"{expected(backend).source('graph_record')}")
+    assert record is not None, f"{RECORD} holds no {backend} record: {REGENERATE}"
+    traced = notebook_graphs.by_label
+    print("\n".join(f"{label}: {len(graphs)} graphs" for label, graphs in traced.items() if graphs))
+    missing = uncovered(traced, record)
+    assert not missing, describe_uncovered(missing, record)
