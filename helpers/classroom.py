@@ -215,6 +215,23 @@ def done_entries(root: Path) -> set[str]:
         return set()
 
 
+def forget_earlier_results(repo: Path, on_line: Callable[[str], object] = print) -> None:
+    """The stage comparisons the notebooks print read every results file in the checkpoint
+    directory: an earlier run's (another length, a stage since renamed) would be committed with
+    them. This pass writes each stage's again; the checkpoints themselves stay."""
+    from mnist_mlp.paths import default_checkpoint_dir
+    from mnist_mlp.results import RESULTS_GLOB
+
+    # The kernels' checkpoint directory: the repo's (or $CHECKPOINT_DIR) for the workbook itself.
+    directory = default_checkpoint_dir() if repo.resolve() == REPO_ROOT.resolve() else repo / "checkpoints"
+    earlier = sorted(directory.glob(RESULTS_GLOB))
+    if earlier:
+        on_line(f"A fresh pass: removing the earlier results in {directory}: "
+                + ", ".join(p.name for p in earlier))
+        for path in earlier:
+            path.unlink()
+
+
 def record_notebooks(repo: Path = REPO_ROOT, *, notebooks: list[Path] | None = None,
                      solutions: list[Path] | None = None, record: Path | None = None,
                      on_line: Callable[[str], object] = print) -> int:
@@ -224,6 +241,9 @@ def record_notebooks(repo: Path = REPO_ROOT, *, notebooks: list[Path] | None = N
 
     record = record or repo / "notebooks" / "classroom_graphs.json"
     backend = kernel_backend()
+    every_notebook = {p.resolve() for p in workbook_notebooks(repo)}
+    if notebooks is None or {Path(p).resolve() for p in notebooks} == every_notebook:
+        forget_earlier_results(repo, on_line)  # a part of the workbook reads the rest's results
     done = graph_pass(repo, repo / "build" / "notebooks-pass", notebooks=notebooks,
                       solutions=solutions, in_place=True, on_line=on_line)
     on_line("\n" + done.table())

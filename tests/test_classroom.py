@@ -166,3 +166,20 @@ def test_on_trainium_the_check_counts_the_graphs_a_pass_compiled_into_the_cache(
     assert DEMO_ENTRIES["done_big"].key in said[0], "named; the failed compile is not a graph"
     assert check_cache(done_entries(after), after, on_line=said.append) == 0
     assert said[1].startswith("0 graphs compiled into")
+
+
+def test_a_full_notebooks_pass_forgets_earlier_results_and_keeps_the_checkpoints(tmp_path):
+    # Stage comparisons print every results file: a stale one would be committed with them.
+    from helpers.classroom import forget_earlier_results
+
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    for name in ("results_bf16_fp32.json", "results_cpu.json", "checkpoint_cpu.pt", "torchrun_w2.log"):
+        (checkpoints / name).write_text("{}")
+    said = []
+    forget_earlier_results(tmp_path, on_line=said.append)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint_cpu.pt", "torchrun_w2.log"]
+    assert said == [f"A fresh pass: removing the earlier results in {checkpoints}: "
+                    "results_bf16_fp32.json, results_cpu.json"]
+    forget_earlier_results(tmp_path, on_line=said.append)
+    assert len(said) == 1, "nothing left to remove: nothing said"
