@@ -1,15 +1,14 @@
 """Backend selection against real file layouts: a sysfs tree, /dev nodes, a DMI file, and a
 torch_neuronx package on the path, each built in the test."""
+import importlib.util
 import os
-import subprocess
 import sys
-import textwrap
+import types
 
 import pytest
 
 from mnist_mlp.backend import (check_worker_count, device_core_counts, instance_type, logical_neuron_cores,
                                parse_core_list, visible_neuron_cores)
-from tests.conftest import REPO_ROOT
 
 
 def make_sysfs(root, cores_per_device):
@@ -104,28 +103,36 @@ def test_worker_count_must_be_positive_and_unknown_instances_pass():
     check_worker_count(3, None)  # off EC2 / unknown type: the runtime judges
 
 
-def run_select(tmp_path, code, extra_path=None, env_extra=None):
-    env = {k: v for k, v in os.environ.items() if k not in ("PJRT_DEVICE", "NEURON_RT_VISIBLE_CORES")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path or ""), str(REPO_ROOT)]))
-    env.update(env_extra or {})
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, check=True)
-    return out.stdout
+@pytest.fixture
+def select(monkeypatch):
+    """select_backend(**kwargs) in this process as a fresh script would meet it: no PJRT_DEVICE
+    or NEURON_RT_VISIBLE_CORES set (unless `env` says), and `extra_path` (a torch_neuronx) first
+    on the path. Returns (first line, summary): name, PJRT_DEVICE it left set, NeuronCores; its
+    summary. Whatever it changes (os.environ, sys.path, sys.modules) is undone afterwards."""
+    from mnist_mlp.backend import select_backend
+
+    monkeypatch.setitem(sys.modules, "torch_neuronx", None)  # recorded: removed again afterwards
+    del sys.modules["torch_neuronx"]  # not imported: looked for on the path
+
+    def run(*args, extra_path=None, env=None, **kwargs):
+        for name in ("PJRT_DEVICE", "NEURON_RT_VISIBLE_CORES"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        if extra_path is not None:
+            monkeypatch.syspath_prepend(str(extra_path))  # also clears the import caches
+        b = select_backend(*args, **kwargs)
+        return f"{b.name} {os.environ.get('PJRT_DEVICE')} {b.neuron_cores}", b.summary()
+
+    return run
 
 
-SELECT = """
-import os, sys
-from pathlib import Path
-from mnist_mlp.backend import select_backend
-b = select_backend(sysfs=Path({sysfs!r}), dev_dir=Path({dev!r}))
-print(b.name, os.environ.get('PJRT_DEVICE'), b.neuron_cores)
-print(b.summary())
-"""
+def no_cores(tmp_path):
+    return dict(sysfs=tmp_path / "nosys", dev_dir=tmp_path / "nodev")
 
 
-def test_stand_in_selected_without_neuron(tmp_path):
-    out = run_select(tmp_path, SELECT.format(sysfs=str(tmp_path / "nosys"), dev=str(tmp_path / "nodev")))
-    first, summary = out.splitlines()
+def test_stand_in_selected_without_neuron(tmp_path, select):
+    first, summary = select(**no_cores(tmp_path))
     assert first == "xla-cpu CPU 0"
     assert "XLA on CPU" in summary and "torch-neuronx is not installed" in summary
     assert "torch 2.9.0" in summary and "torch-xla 2.9.0" in summary
@@ -138,40 +145,43 @@ def fake_torch_neuronx(tmp_path):
     return tmp_path / "site"
 
 
-def test_neuron_selected_with_torch_neuronx_and_cores(tmp_path):
+def test_neuron_selected_with_torch_neuronx_and_cores(tmp_path, select):
     sysfs = make_sysfs(tmp_path / "sys", [2])
-    out = run_select(tmp_path, SELECT.format(sysfs=str(sysfs), dev=str(tmp_path / "nodev")),
-                     extra_path=fake_torch_neuronx(tmp_path))
-    first, summary = out.splitlines()
+    first, summary = select(sysfs=sysfs, dev_dir=tmp_path / "nodev",
+                            extra_path=fake_torch_neuronx(tmp_path))
     assert first == "neuron NEURON 2"
     assert summary.startswith("Backend: Neuron") and "2 NeuronCore(s) are visible" in summary
+    assert sys.modules["torch_neuronx"].IMPORTED  # imported: it registers the Neuron plugin
 
 
-def test_neuron_package_without_cores_falls_back_to_stand_in(tmp_path):
-    out = run_select(tmp_path, SELECT.format(sysfs=str(tmp_path / "nosys"), dev=str(tmp_path / "nodev")),
-                     extra_path=fake_torch_neuronx(tmp_path))
-    first, summary = out.splitlines()
+def test_neuron_package_without_cores_falls_back_to_stand_in(tmp_path, select):
+    first, summary = select(**no_cores(tmp_path), extra_path=fake_torch_neuronx(tmp_path))
     assert first == "xla-cpu CPU 0"
     assert "no NeuronCore is visible" in summary
 
 
-def test_pjrt_device_cpu_forces_stand_in_even_with_cores(tmp_path):
+def test_pjrt_device_cpu_forces_stand_in_even_with_cores(tmp_path, select):
     sysfs = make_sysfs(tmp_path / "sys", [2])
-    out = run_select(tmp_path, SELECT.format(sysfs=str(sysfs), dev=str(tmp_path / "nodev")),
-                     extra_path=fake_torch_neuronx(tmp_path), env_extra={"PJRT_DEVICE": "CPU"})
-    first, summary = out.splitlines()
+    first, summary = select(sysfs=sysfs, dev_dir=tmp_path / "nodev",
+                            extra_path=fake_torch_neuronx(tmp_path), env={"PJRT_DEVICE": "CPU"})
     assert first == "xla-cpu CPU 2" and "PJRT_DEVICE=CPU was set" in summary
 
 
-def test_plain_cpu_without_torch_xla(tmp_path):
-    code = "import sys; sys.modules['torch_xla'] = None\n" + SELECT.format(
-        sysfs=str(tmp_path / "nosys"), dev=str(tmp_path / "nodev"))
-    first, summary = run_select(tmp_path, code).splitlines()
+def test_plain_cpu_without_torch_xla(tmp_path, select, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_xla", None)  # the documented way to block an import
+    first, summary = select(**no_cores(tmp_path))
     assert first == "cpu None 0"
     assert "plain PyTorch on CPU" in summary and "torch-xla is not installed" in summary
 
 
-def test_cpu_stage_choice(tmp_path):
-    code = SELECT.replace("select_backend(", "select_backend(False, ").format(
-        sysfs=str(tmp_path / "nosys"), dev=str(tmp_path / "nodev"))
-    assert run_select(tmp_path, code).splitlines()[0] == "cpu None 0"
+def test_cpu_stage_choice(tmp_path, select):
+    assert select(False, **no_cores(tmp_path))[0] == "cpu None 0"
+
+
+def test_a_torch_xla_started_for_another_device_is_refused(tmp_path, select, monkeypatch):
+    if "torch_xla" not in sys.modules:  # as if a cell had imported it before select_backend
+        imported = types.ModuleType("torch_xla")
+        imported.__spec__ = importlib.util.find_spec("torch_xla")
+        monkeypatch.setitem(sys.modules, "torch_xla", imported)
+    with pytest.raises(RuntimeError, match="imported with PJRT_DEVICE=NEURON; restart the kernel"):
+        select(**no_cores(tmp_path), env={"PJRT_DEVICE": "NEURON"})

@@ -1,9 +1,4 @@
 """mnist_mlp/precision.py: stochastic rounding, the SGD variants for BF16, and the settings."""
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -11,6 +6,7 @@ from mnist_mlp.model import MLP
 from mnist_mlp.precision import (FP32MasterSGD, StochasticRoundingSGD, cast_inputs_to,
                                  deprecated_bf16_env_error, describe, parameter_bytes,
                                  stochastic_round_to_bf16, with_auto_cast_none)
+from tests.xla_stand_in import DEVICE
 
 STEP_AT_1 = 2.0 ** -7  # BF16's spacing in [1, 2); 2**-8 in [0.5, 1)
 
@@ -178,42 +174,30 @@ def test_describe_says_when_stochastic_rounding_is_emulated():
         describe("fp16", on_neuron=False)
 
 
-# In its own process: autograd fixes its devices at the first backward pass, so an XLA device
-# started after this pytest process's CPU backward passes would fail its own.
-XLA_STEPS = """
-import json, torch, torch_xla
-import torch_xla.debug.metrics as met
-from mnist_mlp.model import MLP
-from mnist_mlp.precision import StochasticRoundingSGD
-
-device = torch_xla.device()
-torch.manual_seed(0)
-model = MLP().to(torch.bfloat16).to(device)
-optimizer = StochasticRoundingSGD(model.parameters(), lr=0.01)
-x = torch.randn(32, 784).to(device, torch.bfloat16)
-y = torch.randint(0, 10, (32,)).to(device)
-torch_xla.sync()
-compiled = []
-for _ in range(4):
-    optimizer.zero_grad()
-    torch.nn.functional.nll_loss(model(x).float(), y).backward()
-    optimizer.step()
-    torch_xla.sync()
-    compiled.append(met.counter_value("UncachedCompile") or 0)
-print(json.dumps(dict(compiled=compiled, fallbacks=met.executed_fallback_ops(),
-                      dtype=str(model.fc1.weight.dtype))))
-"""
-
-
-@pytest.mark.e2e  # four training steps on the XLA stand-in, in their own process
 def test_on_xla_the_rounding_runs_in_the_step_graph():
     """No host fallback (a bit cast would be one) and the same graph for every step."""
-    env = dict(os.environ, PJRT_DEVICE="CPU")
-    proc = subprocess.run([sys.executable, "-c", XLA_STEPS], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    compiled = result["compiled"]
+    import torch_xla
+    import torch_xla.debug.metrics as met
+
+    def fallbacks():  # torch_xla counts each op it ran on the host as aten::<op>
+        return {name: met.counter_value(name) for name in met.counter_names()
+                if name.startswith("aten::")}
+
+    torch.manual_seed(0)
+    model = MLP().to(torch.bfloat16).to(DEVICE)
+    optimizer = StochasticRoundingSGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 784).to(DEVICE, torch.bfloat16)
+    y = torch.randint(0, 10, (32,)).to(DEVICE)
+    torch_xla.sync()
+    before = fallbacks()
+    compiled = []
+    for _ in range(4):
+        optimizer.zero_grad()
+        torch.nn.functional.nll_loss(model(x).float(), y).backward()
+        optimizer.step()
+        torch_xla.sync()
+        compiled.append(met.counter_value("UncachedCompile") or 0)
     assert compiled[1:] == [compiled[0]] * 3, compiled
-    assert result["fallbacks"] == [], result["fallbacks"]
-    assert result["dtype"] == "torch.bfloat16"
+    new_fallbacks = {name: n for name, n in fallbacks().items() if n != before.get(name)}
+    assert new_fallbacks == {}, new_fallbacks
+    assert model.fc1.weight.dtype == torch.bfloat16 and model.fc1.weight.device.type == "xla"

@@ -28,6 +28,7 @@ from mnist_mlp.checkpoint import (
     writable_dir_problem,
 )
 from tests.conftest import REPO_ROOT
+from tests.xla_stand_in import DEVICE
 
 
 @contextlib.contextmanager
@@ -231,14 +232,9 @@ def test_a_directory_where_the_checkpoint_goes_is_refused_before_writing(tmp_pat
 def test_xla_save_loads_on_cpu(tmp_path):
     """xm.save of XLA tensors (CPU stand-in) gives a file plain torch.load reads on the CPU."""
     path = tmp_path / "xla.pt"
-    code = (
-        "import sys, torch; from mnist_mlp.backend import select_backend; b = select_backend();"
-        "assert b.uses_xla; from mnist_mlp.checkpoint import atomic_save;"
-        "t = torch.arange(4.0, device=b.device) * 2;"
-        f"atomic_save({{'t': t}}, {str(path)!r}, xla=True)"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=REPO_ROOT)
+    t = torch.arange(4.0, device=DEVICE) * 2
+    assert t.device.type == "xla"
+    atomic_save({"t": t}, path, xla=True)
     loaded = torch.load(path)
     assert loaded["t"].device.type == "cpu"
     assert torch.equal(loaded["t"], torch.tensor([0.0, 2.0, 4.0, 6.0]))

@@ -2,12 +2,10 @@
 metrics put the compile in step 0, one execution in every lazy step, and dozens in eager mode."""
 import pytest
 import torch
-import torch_xla
 
-# The XLA device is started at collection, before any test of this process runs a CPU backward:
-# the autograd engine sizes its per-device queues on first use, and counts no XLA device until
-# the runtime is up; a backward on it afterwards fails an internal assert.
-torch_xla.device()
+# The XLA device is started at collection, before any test of this process runs a CPU backward
+# (tests/xla_stand_in.py says why).
+from tests.xla_stand_in import DEVICE  # noqa: F401
 
 from helpers.step_time import PARTS, StepTimeRecorder, plot_step_breakdown, summarize, train_step
 
