@@ -114,35 +114,49 @@ def test_config_is_the_documented_shape():
 
 def test_monitor_source_runs_the_command_and_reads_its_stream(tmp_path):
     # An executable in neuron-monitor's place that checks the -c file it is given, then streams
-    # three documented reports, one per line, and keeps running as neuron-monitor does.
+    # three documented reports, one per line, and keeps running as neuron-monitor does. Its
+    # last line, not JSON, waits for a go-ahead file: the reports arrive first, each sampled.
     reports = [json.dumps(documented_report(utilization=(u, 2 * u))) for u in (10.0, 20.0, 30.0)]
+    go_ahead = tmp_path / "go-ahead"
     tool = tmp_path / "neuron-monitor"
     tool.write_text(f"""#!{sys.executable}
-import json, sys, time
+import json, os, sys, time
 assert sys.argv[1] == "-c", sys.argv
 config = json.load(open(sys.argv[2]))
 assert config["period"] == "1s" and config["neuron_runtimes"], config
 for line in {reports!r}:
     print(line, flush=True)
+while not os.path.exists({str(go_ahead)!r}):
+    time.sleep(0.02)
 print("not json", flush=True)
 time.sleep(60)
 """)
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     source = NeuronMonitorSource(executable=str(tool))
     source.start()
-    try:
-        deadline = time.monotonic() + 20
-        seen = []
-        while time.monotonic() < deadline and len(seen) < 2:
+
+    def next_sample(timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
             sample = source.sample()
             if sample is not None:
-                seen.append(sample)
-            time.sleep(0.2)
-        assert seen, "no report read from the stream"
-        assert any(s.busy_percent.get("NeuronCore 1") == 60.0 for s in seen) or any(
-            s.errors and "not JSON" in s.errors[0] for s in seen)
+                return sample
+            time.sleep(0.02)
+        raise AssertionError("no report read from the stream")
+
+    try:
+        seen = [next_sample()]
+        while seen[-1].busy_percent.get("NeuronCore 1") != 60.0:  # the third report: the latest
+            seen.append(next_sample())
+        assert all(s.errors == [] and s.busy_percent["NeuronCore 1"] in (20.0, 40.0, 60.0)
+                   for s in seen), seen
+        go_ahead.touch()
+        bad = next_sample()
+        assert bad.busy_percent == {} and len(bad.errors) == 1 and "not JSON" in bad.errors[0]
+        assert source.sample() is None, "each line is read once"
         config_path = source._config.name
         assert os.path.exists(config_path)
+        assert source.proc.poll() is None, "neuron-monitor keeps running"
     finally:
         source.stop()
     assert source.proc.poll() is not None, "neuron-monitor is stopped"
@@ -186,7 +200,7 @@ def test_source_follows_the_backend():
 def test_widget_redraws_while_the_workers_run(busy_workers):
     with UtilizationMonitor(source=WorkerProcessSource(), period_s=0.2, title="test") as monitor:
         deadline = time.monotonic() + 30  # each redraw renders a plot: slow on a loaded machine
-        while monitor.updates < 3 and time.monotonic() < deadline:
+        while monitor.updates < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
     assert monitor.updates >= 2
     assert bytes(monitor.image.value).startswith(b"\x89PNG"), "the plot is a PNG"
