@@ -34,6 +34,10 @@ from mnist_mlp.observe import LOSS_TAG, STEP_TRACE_NAME  # noqa: F401  (what the
 # Jupyter server's proxy instead of <host>:<port>, which a remote browser cannot reach.
 PROXY_URL_TEMPLATE = "/proxy/%PORT%/"
 START_TIMEOUT_S = 90.0
+# How long one "are you up?" request may wait while it starts: a port held by something that
+# accepts connections but never answers (not TensorBoard) must not stall start() for a full
+# request timeout each time; a slow first answer is simply asked again.
+PROBE_TIMEOUT_S = 2.0
 TRACE_TOOL = "trace_viewer@"  # the profile plugin's Trace Viewer, as its runs list it
 
 
@@ -94,8 +98,10 @@ class TensorBoard:
                 "--host", "127.0.0.1", "--port", str(self.port),
                 "--reload_interval", str(self.reload_interval_s)]
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> "TensorBoard":
-        """Start it and wait until it answers; raise TensorBoardError with its output if not."""
+    def start(self, timeout: float = START_TIMEOUT_S,
+              probe_timeout: float = PROBE_TIMEOUT_S) -> "TensorBoard":
+        """Start it and wait until it answers (each request waits at most probe_timeout); raise
+        TensorBoardError with its output if it exits first or does not answer within timeout."""
         if self.proc is not None and self.proc.poll() is None:
             return self
         self.logdir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +117,7 @@ class TensorBoard:
                 raise TensorBoardError(f"TensorBoard exited with code {self.proc.returncode} "
                                        f"before it answered:\n{self.output()}")
             try:
-                self.get("data/logdir")
+                self.get("data/logdir", timeout=probe_timeout)
                 enable_magic_through_proxy()
                 return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):

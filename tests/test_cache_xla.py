@@ -1,6 +1,6 @@
-"""torch-xla's own persistent cache on the CPU stand-in, made for real in subprocesses: its
+"""torch-xla's own persistent cache on the CPU stand-in, made for real by two processes: its
 layout is what helpers.cache lists, and a second run cannot use it (no speed-up on CPU).
-The same subprocess checks that a NEURON_CC_FLAGS change once graphs were compiled carries a
+The first run also checks that a NEURON_CC_FLAGS change once graphs were compiled carries a
 note (they keep their flags; the next compile reads the new ones)."""
 from __future__ import annotations
 
@@ -14,59 +14,90 @@ import pytest
 from mnist_mlp.paths import REPO_ROOT as REPO
 
 from helpers.cache.scan import scan_cache
+from tests.built_once import built_once
 
 
-SCRIPT = r"""
-import json, os, sys, time, warnings
+# One Python process imports torch and torch_xla (the slow part, 5 s of CPU and more), then
+# forks a child for each run: two processes, each with an XLA runtime of its own started on the
+# cache directory, one after the other. Each child's stdout and stderr (torch_xla's C++ log
+# included) go to files; the parent writes the cache's listing between the two runs.
+RUNS = r"""
+import json, os, sys, traceback, warnings
 import torch, torch_xla, torch_xla.runtime as xr
 from helpers.cache import flags as cache_flags
 
-if len(sys.argv) > 2:  # the second run: imported alongside the first, waits for its cache
-    deadline = time.monotonic() + 200
-    while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
-        time.sleep(0.05)
+cache_dir, out = sys.argv[1], sys.argv[2]
 
-before = cache_flags.replace_env("--retry_failed_compilation")  # nothing compiled yet: no note
-xr.initialize_cache(sys.argv[1], readonly=False)
-device = torch_xla.device()
-a = torch.arange(16.0, device=device).reshape(4, 4)
-torch_xla.sync()                       # graph 1: the upload
-b = (a @ a).sum()
-print("result", b.item())              # graph 2: the matmul and sum
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    after = cache_flags.replace_env(cache_flags.set_flag(os.environ["NEURON_CC_FLAGS"], "--log_level", "INFO"))
-print("JSON", json.dumps({"before_note": before.note, "after_note": after.note,
-                          "warned": [str(w.message) for w in caught],
-                          "flags": cache_flags.os.environ["NEURON_CC_FLAGS"]}))
+
+def one_run():
+    before = cache_flags.replace_env("--retry_failed_compilation")  # nothing compiled yet: no note
+    xr.initialize_cache(cache_dir, readonly=False)
+    device = torch_xla.device()
+    a = torch.arange(16.0, device=device).reshape(4, 4)
+    torch_xla.sync()                       # graph 1: the upload
+    b = (a @ a).sum()
+    print("result", b.item())              # graph 2: the matmul and sum
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        after = cache_flags.replace_env(cache_flags.set_flag(os.environ["NEURON_CC_FLAGS"], "--log_level", "INFO"))
+    print("JSON", json.dumps({"before_note": before.note, "after_note": after.note,
+                              "warned": [str(w.message) for w in caught],
+                              "flags": cache_flags.os.environ["NEURON_CC_FLAGS"]}))
+
+
+def in_a_child(name):
+    pid = os.fork()
+    if pid == 0:
+        for fd, stream in ((1, "stdout"), (2, "stderr")):
+            with open(os.path.join(out, f"{name}.{stream}"), "w") as f:
+                os.dup2(f.fileno(), fd)
+        code = 0
+        try:
+            one_run()
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+codes = {"first": in_a_child("first")}
+with open(os.path.join(out, "listing.json"), "w") as f:
+    json.dump(sorted(os.listdir(cache_dir)), f)
+codes["second"] = in_a_child("second")
+print(json.dumps(codes))
 """
 
 
-def start(*args):
+def finish(out, name, code):
+    stdout, stderr = ((out / f"{name}.{stream}").read_text() for stream in ("stdout", "stderr"))
+    assert code == 0, stderr[-3000:]
+    line = next(l for l in stdout.splitlines() if l.startswith("JSON "))
+    return json.loads(line[5:]), subprocess.CompletedProcess(name, 0, stdout, stderr)
+
+
+def make_cache(directory):
+    """The two runs, on directory/cache; their output in directory/out."""
+    cache_dir, out = directory / "cache", directory / "out"
+    out.mkdir()
     env = {**os.environ, "PJRT_DEVICE": "CPU"}
     env.pop("NEURON_CC_FLAGS", None)
-    return subprocess.Popen([sys.executable, "-c", SCRIPT, *map(str, args)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc):
-    stdout, stderr = proc.communicate(timeout=240)
-    assert proc.returncode == 0, stderr[-3000:]
-    line = next(l for l in stdout.splitlines() if l.startswith("JSON "))
-    return json.loads(line[5:]), subprocess.CompletedProcess(proc.args, 0, stdout, stderr)
+    done = subprocess.run([sys.executable, "-c", RUNS, str(cache_dir), str(out)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=480)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (out / "codes.json").write_text(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def xla_cache(tmp_path_factory):
-    base = tmp_path_factory.mktemp("xla")
-    cache_dir, first_done = base / "cache", base / "first-done"
-    # Two processes, started together so their (slow) torch imports overlap; the second
-    # computes only once the first has finished writing the cache.
-    second = start(cache_dir, first_done)
-    first, first_run = finish(start(cache_dir))
-    files = sorted(p.name for p in cache_dir.iterdir())
-    first_done.touch()
-    _, second_run = finish(second)
+    directory = built_once(tmp_path_factory, "xla-cache", make_cache)  # once for both workers
+    cache_dir, out = directory / "cache", directory / "out"
+    codes = json.loads((out / "codes.json").read_text())
+    first, first_run = finish(out, "first", codes["first"])
+    _, second_run = finish(out, "second", codes["second"])
+    files = json.loads((out / "listing.json").read_text())  # after the first run
     return cache_dir, files, first, first_run, second_run
 
 

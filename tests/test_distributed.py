@@ -51,10 +51,16 @@ def run_scenario(scenario, rank, group):
 
 @pytest.fixture(scope="module")
 def two_ranks():
-    """Every scenario, run once on each rank of one real two-process gloo group."""
-    with mp.Manager() as manager:
+    """Every scenario, run once on each rank of one real two-process gloo group.
+
+    The two ranks (and the results' manager) are forked from a fork server that imported this
+    module, and so torch, once: not a fresh interpreter importing torch for each rank."""
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload([__name__])  # when this session starts the fork server
+    with context.Manager() as manager:
         results = manager.dict()
-        mp.spawn(worker, args=(2, free_port(), results), nprocs=2, join=True)
+        mp.start_processes(worker, args=(2, free_port(), results), nprocs=2, join=True,
+                           start_method="forkserver")
         results = dict(results)
     return lambda scenario: {rank: results[(scenario, rank)] for rank in (0, 1)}
 

@@ -3,6 +3,7 @@ trace (train.py --tensorboard --profile on the CPU stand-in): what it serves, wh
 and that it never outlives its kernel."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 
 from helpers.tensorboard import (LOSS_TAG, TensorBoard, TensorBoardError, step_names,
                                  trace_viewer_path)
+from tests.built_once import built_once
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -23,16 +25,22 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory, mnist_root):
-    """A short train.py run: scalars under train/, a 2-step trace under train/plugins/profile/."""
-    root = tmp_path_factory.mktemp("tb")
-    run = root / "train"
-    env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
-    done = subprocess.run(
-        [sys.executable, "mnist_mlp/train.py", "--steps-this-run", "6", "--tensorboard", str(run),
-         "--profile", str(run), "--profile-steps", "2", "--checkpoint-dir", str(root / "ckpt"),
-         "--data-dir", str(mnist_root)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    """A short train.py run: scalars under train/, a 2-step trace under train/plugins/profile/
+    (one run for both xdist workers; each worker's TensorBoard reads a copy of its own, as the
+    profile plugin writes its converted trace beside the run's)."""
+    def train(root):
+        run = root / "train"
+        env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
+        done = subprocess.run(
+            [sys.executable, "mnist_mlp/train.py", "--steps-this-run", "6", "--tensorboard", str(run),
+             "--profile", str(run), "--profile-steps", "2", "--checkpoint-dir", str(root / "ckpt"),
+             "--data-dir", str(mnist_root)],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    built = built_once(tmp_path_factory, "tensorboard-logdir", train)
+    root = tmp_path_factory.mktemp("tb") / "logs"
+    shutil.copytree(built, root)
     return root
 
 
@@ -83,14 +91,20 @@ def test_addresses_and_the_magic_go_through_the_proxy(board, monkeypatch):
 
 
 def test_a_port_in_use_fails_with_tensorboards_own_words(tmp_path):
+    # The port's holder accepts connections and never answers: each of start()'s requests gives
+    # up after probe_timeout, so TensorBoard's own exit is seen soon after it happens.
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         board = TensorBoard(tmp_path, port=taken.getsockname()[1])
+        started = time.monotonic()
         with pytest.raises(TensorBoardError) as err:
-            board.start(timeout=60)
+            board.start(timeout=60, probe_timeout=0.5)
+        elapsed = time.monotonic() - started
     assert "exited" in str(err.value) and str(board.port) in str(err.value)
+    assert f"could not bind to port {board.port}" in str(err.value)  # TensorBoard's own line
     assert not board.running
+    assert elapsed < 30, f"{elapsed:.0f} s: stalled on a request to the port's silent holder"
 
 
 def _gone(pid: int, timeout: float = 20.0) -> bool:

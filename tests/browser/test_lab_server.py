@@ -57,8 +57,8 @@ def test_a_snap_chromium_gets_its_profile_where_the_snap_may_write(tmp_path):
 def run_browser_selftest(tmp_path, **env_changes):
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env.update(CHROMIUM=str(tmp_path / "no-chromium"), **env_changes)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "-q",
+    return subprocess.run(  # (no nbval: the notebook-output plugin has no part in this)
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:nbval", "-rs", "-q",
          "tests/browser/test_lab_notebooks.py::test_the_detector_catches_errors_broken_widgets_and_console_errors"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
 
