@@ -67,7 +67,7 @@ test: data browser
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS) tests
 
 test-quick: data
-	$(PY) -m pytest -m "not e2e" -q --durations=5 $(PYTEST_ARGS) tests
+	$(PY) -m pytest -m "not e2e" -n 2 -q --durations=5 $(PYTEST_ARGS) tests
 
 bench: data
 	$(PY) mnist_mlp/bench.py
