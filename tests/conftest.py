@@ -208,7 +208,8 @@ def slowest_notebook_cells(terminalreporter, count: int = 12) -> None:
 
 @pytest.fixture(scope="session")
 def script_runs(tmp_path_factory, mnist_root):
-    """script_runs["xla long"] -> the ScriptRun of that command line (run on first use)."""
+    """script_runs["xla long"] -> the ScriptRun of that command line (run on first use, once
+    for both xdist workers)."""
     from tests.script_runs import ScriptRuns
 
-    return ScriptRuns(tmp_path_factory.mktemp("script-runs"))
+    return ScriptRuns(tmp_path_factory)

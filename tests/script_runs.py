@@ -1,5 +1,7 @@
 """The stage-script runs the end-to-end tests share: each distinct command line runs once per
-test session (the `script_runs` fixture in conftest.py), on the first test that asks for it.
+test session (the `script_runs` fixture in conftest.py), on the first test that asks for it,
+whichever xdist worker runs that test: the other worker waits for that run and reads it instead
+of running it again (tests/built_once.py).
 
 A test names the run it reads (RUNS below); tests that need the same run share it, so the
 command lines are chosen to serve all their readers: e.g. the PT_XLA_DEBUG_LEVEL=1 runs of the
@@ -18,8 +20,12 @@ import torch
 
 from mnist_mlp.paths import REPO_ROOT
 from mnist_mlp.precision import PRECISIONS
+from tests.built_once import built_once
 
 TRIAL_STEPS, LONG_STEPS = 5, 120  # LONG reads the loss at steps 1, 50 and 100; TRIAL at 1 only
+# Two torchrun workers step in lockstep (a gloo all-reduce each step, several times slower than
+# one process's step): their longer run stops soon after its loss read at step 50.
+TORCHRUN_LONG_STEPS = 55
 
 
 def torchrun_argv(nproc: int, *args: str) -> list[str]:
@@ -66,8 +72,8 @@ RUNS: dict[str, Command] = {
                                        *_steps(LONG_STEPS)), debug=True),
     "torchrun x2 trial": Command(tuple(torchrun_argv(2, *_steps(TRIAL_STEPS), "--tensorboard",
                                                      "{dir}/tb")), debug=True),
-    "torchrun x2 long": Command(tuple(torchrun_argv(2, *_steps(LONG_STEPS), "--tensorboard",
-                                                    "{dir}/tb")), debug=True),
+    "torchrun x2 long": Command(tuple(torchrun_argv(2, *_steps(TORCHRUN_LONG_STEPS),
+                                                    "--tensorboard", "{dir}/tb")), debug=True),
     "torchrun x1": Command(tuple(torchrun_argv(1, *_steps(10)))),
     # As many steps as "xla long": --precision fp32 must compute exactly what train.py does.
     **{f"bf16 {precision}": Command((*script_argv("train_bf16.py", "--precision", precision),
@@ -92,20 +98,29 @@ class ScriptRun:
 
 @dataclass
 class ScriptRuns:
-    """Runs RUNS[name] the first time it is asked for, then hands out the same ScriptRun."""
-    root: Path
+    """Runs RUNS[name] the first time it is asked for in the session, by either xdist worker
+    (tests/built_once.py: the other waits for it, then reads it), then hands out the same
+    ScriptRun. <built-once dir>/run is the run's --checkpoint-dir and "{dir}"; command.json
+    beside it keeps its argv and output."""
+    tmp_path_factory: object
     env: dict = field(default_factory=script_environment)
     timeout: float = 900
     _done: dict = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> ScriptRun:
         if name not in self._done:
-            self._done[name] = self._run(name, RUNS[name])
+            self._done[name] = self._shared_run(name, RUNS[name])
         return self._done[name]
 
-    def _run(self, name: str, command: Command) -> ScriptRun:
-        directory = self.root / name.replace(" ", "_")
-        directory.mkdir(parents=True)
+    def _shared_run(self, name: str, command: Command) -> ScriptRun:
+        built = built_once(self.tmp_path_factory, "script-run-" + name.replace(" ", "_"),
+                           lambda directory: self._run(name, command, directory))
+        ran = json.loads((built / "command.json").read_text())
+        return ScriptRun(name, ran["argv"], built / "run", ran["output"])
+
+    def _run(self, name: str, command: Command, built: Path) -> None:
+        directory = built / "run"
+        directory.mkdir()
         argv = [a.replace("{dir}", str(directory)) for a in command.argv]
         argv += ["--checkpoint-dir", str(directory)]
         env = dict(self.env, PT_XLA_DEBUG_LEVEL="1") if command.debug else self.env
@@ -113,4 +128,4 @@ class ScriptRuns:
                               timeout=self.timeout)
         output = proc.stdout + proc.stderr
         assert proc.returncode == 0, f"{name}: {' '.join(argv)} failed:\n{output[-4000:]}"
-        return ScriptRun(name, argv, directory, output)
+        (built / "command.json").write_text(json.dumps({"argv": argv, "output": output}))

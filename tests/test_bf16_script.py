@@ -1,15 +1,13 @@
 """End-to-end: mnist_mlp/train_bf16.py in each --precision mode, run as a user runs it on the
 CPU stand-in; and its diff against train.py, which is the lesson, kept to the BF16 changes."""
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from mnist_mlp.precision import PRECISIONS
 from tests.conftest import REPO_ROOT
 from tests.script_runs import LONG_STEPS
-from tests.test_scripts import assert_no_deprecation_warning, assert_sample_lines_in_order
+from tests.test_scripts import (assert_no_deprecation_warning, assert_sample_lines_in_order,
+                                forbidden, stage_main)
 
 BF16_WEIGHTS = {"fp32": False, "bf16": True, "bf16-sr": True, "bf16-master": True,
                 "autocast": False}
@@ -42,16 +40,20 @@ def test_fp32_mode_is_train_py(script_runs):
         assert torch.equal(xla[name], fp32[name]), name
 
 
-@pytest.mark.e2e
-def test_deprecated_bf16_variable_is_refused_before_any_work(tmp_path, script_env):
-    env = dict(script_env, XLA_USE_BF16="1")
-    proc = subprocess.run([sys.executable, "mnist_mlp/train_bf16.py", "--checkpoint-dir",
-                           str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("error: XLA_USE_BF16 is set") and "unset XLA_USE_BF16" in proc.stderr
-    assert "----------Training" not in proc.stdout and not list(tmp_path.iterdir())
+def test_deprecated_bf16_variable_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    """train_bf16.py's main() in this process, XLA_USE_BF16=1 set: refused once the flags are
+    read, before anything else (not even the backend line, so before the device is touched),
+    with nothing written."""
+    from mnist_mlp import train_bf16
+
+    monkeypatch.setenv("XLA_USE_BF16", "1")
+    monkeypatch.setattr(train_bf16, "mnist_loaders", forbidden("the data was loaded"))
+    monkeypatch.setattr(train_bf16, "MLP", forbidden("a model was built"))
+    code, out, err = stage_main(train_bf16, ["--checkpoint-dir", str(tmp_path)], capsys)
+    assert code == 1, out + err
+    assert "Traceback" not in err
+    assert err.startswith("error: XLA_USE_BF16 is set") and "unset XLA_USE_BF16" in err
+    assert out == "" and not list(tmp_path.iterdir())
 
 
 def test_unknown_precision_is_a_usage_error(tmp_path, capsys):

@@ -1,8 +1,10 @@
 """End-to-end: the stage scripts run as a user runs them, on the CPU stand-in. Runs that several
 tests read are made once per session (tests/script_runs.py)."""
+import contextlib
 import gzip
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -15,7 +17,10 @@ import pytest
 import torch
 
 from tests.conftest import REPO_ROOT
-from tests.script_runs import LONG_STEPS, torchrun_argv
+from tests.script_runs import LONG_STEPS, TORCHRUN_LONG_STEPS, torchrun_argv
+# train.py's and train_bf16.py's main() run in this process up to a refusal: on the shared
+# stand-in device, started at collection (tests/xla_stand_in.py says why).
+from tests.xla_stand_in import DEVICE  # noqa: F401
 
 SAMPLE_LINES = [
     "----------Training ---------------",
@@ -112,6 +117,7 @@ def test_torchrun_two_workers(script_runs):
     assert out.count("Test accuracy: ") == 1  # replicas are equal: rank 0 evaluates for all
     results = run.results("torchrun_w2")
     assert results["world_size"] == 2 and results["gradient_reduce"] == "gloo"
+    assert results["steps"] == TORCHRUN_LONG_STEPS
     assert results["lr"] == 0.01  # the flag; the optimizer used lr x world size
     # disjoint data: each rank trains on its own half of the set (whole batches of it) ...
     assert results["samples_per_epoch_by_rank"] == [60000 // 2 // 32 * 32] * 2
@@ -205,15 +211,21 @@ def assert_one_error_line(stderr, *fragments):
         assert fragment in stderr, stderr
 
 
-def cpu_stage_main(argv, capsys):
-    """train_cpu.main(argv) in this process, for failures found before any training: (exit
-    code, stdout, stderr)."""
-    from mnist_mlp import train_cpu
-
+def stage_main(stage, argv, capsys):
+    """stage.main(argv) (a stage script's module) in this process, for failures found before
+    any training: (exit code, what main() printed to stdout, to stderr)."""
+    capsys.readouterr()  # not what importing the stage printed
     with pytest.raises(SystemExit) as exit_:
-        train_cpu.main(argv)
+        stage.main(argv)
     out, err = capsys.readouterr()
     return exit_.value.code, out, err
+
+
+def cpu_stage_main(argv, capsys):
+    """train_cpu.main(argv) in this process: see stage_main."""
+    from mnist_mlp import train_cpu
+
+    return stage_main(train_cpu, argv, capsys)
 
 
 def test_bad_flags_are_clear_errors(capsys):
@@ -269,23 +281,57 @@ def test_a_diverged_run_fails_and_keeps_the_good_checkpoint(tmp_path, script_env
                                                           f"results_{stage}.json"]
 
 
-@pytest.mark.e2e
+@contextlib.contextmanager
+def torch_xla_not_installed():
+    """This process as one without torch_xla: its import fails (sys.modules['torch_xla'] = None,
+    the documented way to block an import), and the mnist_mlp modules are imported afresh under
+    that, as a new process would; everything is put back afterwards."""
+    def ours():
+        return [name for name in sys.modules if name.split(".")[0] in ("mnist_mlp", "torch_xla")]
+
+    saved = {name: sys.modules.pop(name) for name in ours()}  # torch_xla's submodules too
+    sys.modules["torch_xla"] = None
+    try:
+        yield
+    finally:
+        for name in ours():
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
 @pytest.mark.parametrize("script", ["train.py", "train_torchrun.py", "train_bf16.py"])
-def test_an_xla_stage_without_torch_xla_is_one_clear_error(script, script_env):
+def test_an_xla_stage_without_torch_xla_is_one_clear_error(script, monkeypatch, capfd):
     """The XLA stages run on an XLA device (a NeuronCore or the stand-in), never silently on
-    plain PyTorch: without torch_xla they stop at once and say what to install."""
-    hide_torch_xla = ("import runpy, sys; sys.modules['torch_xla'] = None; "  # import fails
-                      f"sys.argv = ['{script}']; runpy.run_path('mnist_mlp/{script}', "
-                      "run_name='__main__')")
-    code, out, err = run_failing([sys.executable, "-c", hide_torch_xla], script_env)
-    assert code == 1 and out == ""
-    assert_one_error_line(err, "torch-xla is not installed", "make venv")
+    plain PyTorch: without torch_xla they stop at once and say what to install. The script runs
+    as `python mnist_mlp/<script>` would, in this process (no torch_xla to load, nothing to
+    start)."""
+    monkeypatch.setattr(sys, "argv", [script])
+    with torch_xla_not_installed(), pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(REPO_ROOT / "mnist_mlp" / script), run_name="__main__")
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # nothing before the exit, not even a warning
+    # SystemExit(message): Python prints the message to stderr and exits with code 1
+    assert isinstance(exit_.value.code, str), exit_.value.code
+    assert_one_error_line(exit_.value.code, "torch-xla is not installed", "make venv")
 
 
-@pytest.mark.e2e
-def test_flags_that_train_zero_steps_are_refused_before_any_work(tmp_path, script_env, mnist_root):
-    code, out, err = run_failing([sys.executable, "mnist_mlp/train.py", "--batch-size", "70000",
-                                  "--checkpoint-dir", str(tmp_path)], script_env)
+def forbidden(what):
+    """A stand-in for a step of a script's main() that a refusal must come before."""
+    def fail(*args, **kwargs):
+        raise AssertionError(f"{what}: the refusal came too late")
+    return fail
+
+
+def test_flags_that_train_zero_steps_are_refused_before_any_work(tmp_path, capsys, mnist_root,
+                                                                 monkeypatch):
+    """train.py's main() in this process, on its stand-in device: the refusal comes before a
+    model is built or a step is taken, and nothing is written."""
+    from mnist_mlp import train
+
+    monkeypatch.setattr(train, "MLP", forbidden("a model was built"))
+    monkeypatch.setattr(train, "train", forbidden("training started"))
+    code, out, err = stage_main(train, ["--batch-size", "70000", "--checkpoint-dir",
+                                        str(tmp_path)], capsys)
     assert code == 1
     assert_one_error_line(err, "would train 0 steps", "smaller --batch-size")
     assert "----------Training" not in out

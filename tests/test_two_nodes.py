@@ -1,6 +1,7 @@
 """Two torchrun "nodes" on the loopback address (helpers.torchrun.run_nodes): the real
-train_torchrun.py, one worker per node, against two workers on one node; and a node whose
-partner never comes stops in bounded time, naming the missing node."""
+train_torchrun.py, one worker per node, against two workers on one node (the session's
+"torchrun x2 trial" run, tests/script_runs.py); and a node whose partner never comes stops in
+bounded time, naming the missing node."""
 import json
 import time
 
@@ -8,15 +9,19 @@ import pytest
 import torch
 
 from helpers.processes import CommandFailed
-from helpers.torchrun import (missing_node_message, run_nodes, run_torchrun, side_by_side,
-                              torchrun_argv)
+from helpers.torchrun import missing_node_message, run_nodes, side_by_side, torchrun_argv
 from tests.conftest import REPO_ROOT
+from tests.script_runs import TRIAL_STEPS
 
 SCRIPT = "mnist_mlp/train_torchrun.py"
-STEPS = ["--epochs", "1", "--steps-this-run", "12"]
-RDZV_TIMEOUT = 5
+# The steps of the one-node run it is compared with ("torchrun x2 trial"): five all-reduced
+# steps, enough for replicas that were not reduced across the nodes to differ.
+STEPS = ["--steps-this-run", str(TRIAL_STEPS)]
+# The smallest rendezvous timeout that is still a real wait (node 1 alone waits it twice).
+RDZV_TIMEOUT = 2
 # Measured on the shared 2-core machine: node 0 alone stops about 7 s after the rendezvous
-# timeout, node 1 alone after about two timeouts plus 9 s. The bounds leave room for load.
+# timeout, node 1 alone 3-9 s after two timeouts (torchrun's start and its traceback are most
+# of that). The bounds leave room for load.
 NODE0_ALONE_BOUND_S = RDZV_TIMEOUT + 45
 NODE1_ALONE_BOUND_S = 2 * RDZV_TIMEOUT + 50
 
@@ -27,8 +32,9 @@ def results(directory):
     return record, state
 
 
-@pytest.mark.e2e  # four torchrun launches
-def test_two_nodes_train_the_same_model_as_two_workers_on_one_node(tmp_path, script_env):
+@pytest.mark.e2e  # two torchrun launches, and the session's two-worker run
+def test_two_nodes_train_the_same_model_as_two_workers_on_one_node(tmp_path, script_env,
+                                                                   script_runs):
     shown = []
     nodes = run_nodes(SCRIPT, [*STEPS, "--checkpoint-dir", str(tmp_path / "two-nodes")],
                       timeout=600, rdzv_timeout=120, env=script_env, cwd=REPO_ROOT,
@@ -39,11 +45,10 @@ def test_two_nodes_train_the_same_model_as_two_workers_on_one_node(tmp_path, scr
     assert shown[0].startswith("node 0") and "│ node 1" in shown[0]
     assert any(line.startswith(" " * 10) and "[rank1]" in line for line in shown), "node 1 right"
 
-    run_torchrun(SCRIPT, [*STEPS, "--checkpoint-dir", str(tmp_path / "one-node")],
-                 nproc_per_node=2, timeout=600, env=script_env, cwd=REPO_ROOT,
-                 on_line=lambda line: None)
-    (two, two_state), (one, one_state) = results(tmp_path / "two-nodes"), results(tmp_path / "one-node")
-    assert two["world_size"] == one["world_size"] == 2 and two["steps"] == one["steps"] == 12
+    one_node = script_runs["torchrun x2 trial"].directory  # STEPS too (and --tensorboard)
+    (two, two_state), (one, one_state) = results(tmp_path / "two-nodes"), results(one_node)
+    assert two["world_size"] == one["world_size"] == 2
+    assert two["steps"] == one["steps"] == TRIAL_STEPS
     assert two["gradient_reduce"] == one["gradient_reduce"]
     assert two["final_loss"] == pytest.approx(one["final_loss"], abs=1e-5)
     assert two["test_accuracy"] == pytest.approx(one["test_accuracy"], abs=1e-3)
