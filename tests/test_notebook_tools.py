@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 
 from helpers import diffs, plots, stages, xla_metrics  # noqa: E402
 from mnist_mlp.paths import REPO_ROOT  # noqa: E402
+from tests.built_once import built_once  # noqa: E402
 from tests.xla_stand_in import DEVICE  # noqa: E402
 
 
@@ -317,9 +318,9 @@ def test_hlo_entry_computation_and_op_counts():
         xla_metrics.entry_computation("IR {\n}")
 
 
-@pytest.fixture(scope="module")
-def recorder_probe():
-    """A real XLA-on-CPU run of five training steps, recorded as notebook 02 records them."""
+def run_recorder_probe(directory):
+    """A real XLA-on-CPU run of five training steps, recorded as notebook 02 records them, into
+    probe.json."""
     import torch
     import torch_xla
 
@@ -356,7 +357,13 @@ def recorder_probe():
     out["rows"] = recorder.rows
     out["compiled"] = compiled_steps(recorder.rows)
     out["totals"] = recorder.totals()
-    return json.loads(json.dumps(out))  # what a notebook would keep: plain values
+    (directory / "probe.json").write_text(json.dumps(out))
+
+
+@pytest.fixture(scope="module")
+def recorder_probe(tmp_path_factory):
+    directory = built_once(tmp_path_factory, "recorder-probe", run_recorder_probe)  # one run
+    return json.loads((directory / "probe.json").read_text())  # for both xdist workers
 
 
 def test_recorder_first_step_compiles_and_same_shapes_reuse_the_graph(recorder_probe):
