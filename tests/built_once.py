@@ -20,7 +20,8 @@ def session_dir(tmp_path_factory) -> Path:
     """The directory of this test session that every xdist worker sees (a worker's own base
     directory, popen-gwN, is inside it); without xdist, the session's own base directory."""
     base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # (also inherited by a pytest run in a test)
+    return base.parent if worker and base.name == f"popen-{worker}" else base
 
 
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
