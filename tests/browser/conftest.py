@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers.classroom import workbook_notebooks
 from helpers.graph_log import GraphDumps
 from tests.browser.find_browser import find_chromium, in_ci, profile_parent
-from tests.browser.lab_page import NotebookRun, run_notebook
+from tests.browser.lab_page import NotebookRun, open_page, run_notebook
 from tests.browser.lab_server import CHROMIUM_ARGS, LabServer, browser_problem, make_workspace
 from tests.conftest import REPO_ROOT
 
@@ -27,10 +28,6 @@ NOTEBOOK_TIMEOUT_S = float(os.environ.get("BROWSER_TEST_NOTEBOOK_TIMEOUT", "900"
 SCREENSHOTS = REPO_ROOT / "build" / "screenshots"
 EXECUTED = REPO_ROOT / "build" / "executed"  # each run's executed notebooks (CI keeps them)
 VIEWPORT = {"width": 1280, "height": 1000}
-
-
-def workbook_notebooks(directory: Path) -> list[Path]:
-    return sorted(directory.glob("[0-9][0-9]_*.ipynb"))
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +119,9 @@ class NotebookRuns:
         self.server, self.context, self.notebooks, self.graphs = server, context, notebooks, graphs
         self.runs: dict[str, NotebookRun] = {}
         self.kept_open: set[str] = set()
+        # The next notebook's page, loaded (and its kernel started, idle: no cell runs) while the
+        # one before it runs: about 6 s of page load and kernel start per notebook off the clock.
+        self.loading: dict[str, NotebookRun] = {}
 
     def get(self, name: str, keep_open: bool = False) -> NotebookRun:
         """The run of `name`, running it (and every notebook before it) first if needed.
@@ -131,11 +131,14 @@ class NotebookRuns:
         assert name in names, f"{name} is not among {names}"
         if keep_open and name in self.runs and self.runs[name].page.is_closed():
             del self.runs[name]  # released already: run it again for the clicks
-        for path in self.notebooks[:names.index(name) + 1]:
+        for index, path in enumerate(self.notebooks[:names.index(name) + 1]):
             if path.name not in self.runs:
                 self.graphs.collect(between_runs(self.kept_open))
-                page = self.context.new_page()
-                run = run_notebook(page, self.server, path, NOTEBOOK_TIMEOUT_S)
+                opened = self.loading.pop(path.name, None)
+                page = opened.page if opened else self.context.new_page()
+                following = self.notebooks[index + 1:index + 2]
+                run = run_notebook(page, self.server, path, NOTEBOOK_TIMEOUT_S, opened=opened,
+                                   meanwhile=lambda: [self.load(p) for p in following])
                 self.graphs.collect(path.name)
                 run.executed = keep_executed(path)
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -146,6 +149,17 @@ class NotebookRuns:
                 else:
                     self.release(path.name)
         return self.runs[name]
+
+    def load(self, path: Path) -> None:
+        """Start loading path's page, unless it ran or is loading already."""
+        if path.name not in self.runs and path.name not in self.loading:
+            self.loading[path.name] = open_page(self.context.new_page(), self.server, path)
+
+    def close_loading(self) -> None:
+        for name, opened in self.loading.items():
+            opened.page.close()
+            shut_down_kernel(self.server, name)
+        self.loading.clear()
 
     def finish(self, name: str) -> None:
         """Done with its widgets: shut its kernel down (if kept open) before the next notebook."""
@@ -168,8 +182,9 @@ def between_runs(kept_open) -> str:
 
 @pytest.fixture(scope="session")
 def notebook_runs(lab, chromium, lab_notebooks, notebook_graphs):
-    runs = NotebookRuns(lab, chromium, workbook_notebooks(lab_notebooks), notebook_graphs)
+    runs = NotebookRuns(lab, chromium, workbook_notebooks(lab_notebooks.parent), notebook_graphs)
     yield runs
+    runs.close_loading()
     for name in list(runs.kept_open):
         runs.release(name)
 
@@ -208,5 +223,5 @@ def executed_notebooks(request, lab_notebooks, notebook_graphs):
     if browser_problem() is None or in_ci():
         runs = request.getfixturevalue("notebook_runs")
         return lambda name: runs.get(name).executed
-    runs = KernelRuns(workbook_notebooks(lab_notebooks), notebook_graphs)
+    runs = KernelRuns(workbook_notebooks(lab_notebooks.parent), notebook_graphs)
     return runs.get

@@ -8,6 +8,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 WIDGET_ERROR = "Error displaying widget"
 WIDGET_LOADING = "Loading widget..."
@@ -56,10 +57,19 @@ def wait_for_kernel_idle(server, notebook_name: str, timeout: float) -> None:
                        f"(state {state!r})")
 
 
-def open_notebook(page, server, notebook_name: str, timeout: float = 120.0) -> None:
+def open_page(page, server, notebook_path: Path) -> NotebookRun:
+    """Start loading the notebook in page, its console watched from the first moment. Returns
+    as soon as the page has loaded: JupyterLab goes on rendering the notebook and starting its
+    kernel in the browser meanwhile (run_notebook waits for both)."""
+    run = NotebookRun(notebook_path.name, page)
+    watch_console(page, run.console_errors)
     # A workspace of its own, reset: no tab of an earlier notebook is restored beside this one.
-    workspace = re.sub(r"[^A-Za-z0-9_-]", "-", Path(notebook_name).stem)
-    page.goto(server.url(f"lab/workspaces/{workspace}/tree/{notebook_name}") + "&reset")
+    workspace = re.sub(r"[^A-Za-z0-9_-]", "-", notebook_path.stem)
+    page.goto(server.url(f"lab/workspaces/{workspace}/tree/{notebook_path.name}") + "&reset")
+    return run
+
+
+def wait_until_open(page, server, notebook_name: str, timeout: float = 120.0) -> None:
     page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=timeout * 1000)
     wait_for_kernel_idle(server, notebook_name, timeout)
 
@@ -86,7 +96,7 @@ def wait_until_run_done(page, server, notebook_name: str, timeout: float) -> Non
         settled = settled + 1 if not busy and kernel_state(server, notebook_name) == "idle" else 0
         if settled >= 2:
             return
-        time.sleep(1.0)
+        time.sleep(0.5)
     raise TimeoutError(f"{notebook_name}: still running after {timeout:.0f} s; prompts: {prompts(page)}")
 
 
@@ -145,14 +155,20 @@ def save_notebook(page, server, notebook_name: str) -> None:
     raise TimeoutError(f"{notebook_name}: JupyterLab did not save within 30 s")
 
 
-def run_notebook(page, server, notebook_path: Path, timeout: float) -> NotebookRun:
-    """Open, Run > Run All Cells, wait, save; collect every problem the page or file shows."""
-    run = NotebookRun(notebook_path.name, page)
-    watch_console(page, run.console_errors)
+def run_notebook(page, server, notebook_path: Path, timeout: float, *,
+                 opened: NotebookRun | None = None,
+                 meanwhile: Callable[[], object] | None = None) -> NotebookRun:
+    """Open (unless open_page did already: opened), Run > Run All Cells, wait, save; collect
+    every problem the page or file shows. meanwhile() is called once Run All is under way (the
+    next notebook's page loads while this one runs)."""
     saved_before = notebook_path.stat().st_mtime_ns
+    run = opened or open_page(page, server, notebook_path)
+    wait_until_open(run.page, server, notebook_path.name)
+    page = run.page
     started = time.monotonic()
-    open_notebook(page, server, notebook_path.name)
     click_menu(page, "Run", "Run All Cells")
+    if meanwhile is not None:
+        meanwhile()
     wait_until_run_done(page, server, notebook_path.name, timeout)
     run.seconds = time.monotonic() - started
     wait_for_widgets(page)

@@ -10,13 +10,14 @@ import time
 import nbformat
 import pytest
 
-from tests.browser.conftest import SCREENSHOTS, shut_down_kernel, workbook_notebooks
+from helpers.classroom import workbook_notebooks
+from tests.browser.conftest import SCREENSHOTS, shut_down_kernel
 from tests.browser.lab_page import WIDGET_ERROR, WIDGET_LOADING, run_notebook
 from tests.browser.widget_clicks import (click_through_cache_browser, click_through_flags_editor,
                                          code_cell, rerun_cell, wait_for)
 from tests.conftest import REPO_ROOT
 
-NOTEBOOKS = workbook_notebooks(REPO_ROOT / "notebooks")
+NOTEBOOKS = workbook_notebooks(REPO_ROOT)
 
 
 def notebook_using(name: str) -> str:

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.classroom import workbook_notebooks
 from helpers.expected import expected
 from helpers.graph_record import (RECORD, REGENERATE, describe_uncovered, kernel_backend,
                                   read_record, uncovered)
-from tests.browser.conftest import kernel_env, workbook_notebooks
+from tests.browser.conftest import kernel_env
 from tests.conftest import REPO_ROOT
 
 
 def test_every_graph_the_notebooks_compiled_is_in_the_record(executed_notebooks, lab_notebooks,
                                                               notebook_graphs):
-    for path in workbook_notebooks(REPO_ROOT / "notebooks"):
+    for path in workbook_notebooks(REPO_ROOT):
         executed_notebooks(path.name)  # each ran (in order), once per session
     notebook_graphs.collect("after the last Run All")
     backend = kernel_backend(kernel_env(lab_notebooks))
