@@ -87,10 +87,16 @@ def pytest_collection_modifyitems(config, items):
         if NOTEBOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(NOTEBOOK_GROUP))
             item.add_marker(pytest.mark.e2e)
-    grouped = [i for i, item in enumerate(items) if item.get_closest_marker("xdist_group")]
-    ordered = sorted((items[i] for i in grouped), key=notebook_order)  # stable: file order kept
-    for i, item in zip(grouped, ordered):
-        items[i] = item
+    items[:] = sorted(items, key=session_order)  # stable: file order kept within each part
+
+
+def session_order(item) -> tuple[int, int]:
+    """make test hands tests to its two workers in this order: the notebook group first (one
+    worker takes it at once: it is the longest chain), then the other end-to-end tests, the
+    quick unit tests last, so that whichever worker is free takes them and both end together."""
+    if item.get_closest_marker("xdist_group"):
+        return 0, notebook_order(item)
+    return (1 if item.get_closest_marker("e2e") else 2), 0
 
 
 def notebook_group_tests(tests_dir) -> set[str]:

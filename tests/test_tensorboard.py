@@ -17,30 +17,21 @@ import pytest
 
 from helpers.tensorboard import (LOSS_TAG, TensorBoard, TensorBoardError, step_names,
                                  trace_viewer_path)
-from tests.built_once import built_once
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def logdir(tmp_path_factory, mnist_root):
-    """A short train.py run: scalars under train/, a 2-step trace under train/plugins/profile/
-    (one run for both xdist workers; each worker's TensorBoard reads a copy of its own, as the
-    profile plugin writes its converted trace beside the run's)."""
-    def train(root):
-        run = root / "train"
-        env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
-        done = subprocess.run(
-            [sys.executable, "mnist_mlp/train.py", "--steps-this-run", "6", "--tensorboard", str(run),
-             "--profile", str(run), "--profile-steps", "2", "--checkpoint-dir", str(root / "ckpt"),
-             "--data-dir", str(mnist_root)],
-            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stdout + done.stderr
-
-    built = built_once(tmp_path_factory, "tensorboard-logdir", train)
+def logdir(script_runs, tmp_path_factory):
+    """The session's "xla long" train.py run (tests/script_runs.py): its scalars and its 5-step
+    profiler trace as one run, train/, as notebook 06 writes them (--tensorboard and --profile
+    into one directory). Each worker's TensorBoard reads a copy of its own: the profile plugin
+    writes its converted trace beside the run's."""
+    run = script_runs["xla long"]
     root = tmp_path_factory.mktemp("tb") / "logs"
-    shutil.copytree(built, root)
+    shutil.copytree(run.directory / "tb", root / "train")
+    shutil.copytree(run.directory / "profile", root / "train", dirs_exist_ok=True)
     return root
 
 
@@ -64,11 +55,11 @@ def test_listens_on_loopback_only(board):
 def test_serves_the_runs_scalars_and_trace(board):
     tags = board.wait_for("scalars", lambda: board.scalar_tags().get("train"))
     assert LOSS_TAG in tags
-    assert [step for step, _ in board.scalars("train", LOSS_TAG)] == [1]
+    assert [step for step, _ in board.scalars("train", LOSS_TAG)] == [1, 50, 100]  # loss reads
     runs = board.wait_for("profile", board.profile_runs)
     assert len(runs) == 1 and runs[0].startswith("train/")
     host = board.profile_hosts(runs[0])[0]
-    assert step_names(board.trace_events(runs[0], host)) == ["train_step 3", "train_step 4"]
+    assert step_names(board.trace_events(runs[0], host)) == [f"train_step {n}" for n in range(3, 8)]
 
 
 def test_trace_viewer_page_finds_its_data_by_a_relative_address(board):
