@@ -148,7 +148,10 @@ class NotebookRuns:
                     self.kept_open.add(name)
                 else:
                     self.release(path.name)
-        return self.runs[name]
+        run = self.runs[name]
+        if name in self.kept_open:
+            run.page.bring_to_front()  # its widgets are clicked next
+        return run
 
     def load(self, path: Path) -> None:
         """Start loading path's page, unless it ran or is loading already."""

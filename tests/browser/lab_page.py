@@ -169,6 +169,7 @@ def run_notebook(page, server, notebook_path: Path, timeout: float, *,
     click_menu(page, "Run", "Run All Cells")
     if meanwhile is not None:
         meanwhile()
+        page.bring_to_front()  # the page a learner would be looking at
     wait_until_run_done(page, server, notebook_path.name, timeout)
     run.seconds = time.monotonic() - started
     wait_for_widgets(page)

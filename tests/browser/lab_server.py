@@ -16,13 +16,18 @@ import time
 import urllib.request
 from pathlib import Path
 
+from helpers.classroom import RUN_OUTPUTS
 from helpers.processes import free_port, stop_process_tree
 from tests.browser.find_browser import HOW_TO_GET_ONE, find_chromium, looked_at
 
 # Flags that work headless as root in a container (no sandbox, no GPU, nothing phoning home).
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
+                 "--disable-dev-shm-usage",
+                 # Several notebooks are open at once (the next one loads while one runs, a
+                 # widget test's stays open): a page not in front must not be throttled.
+                 "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+                 "--disable-backgrounding-occluded-windows"]
 
 # JupyterLab settings for the test's own settings dir: render every cell (so the whole notebook
 # is in the page to inspect), record cell timings, and fetch no news or updates (no network here).
@@ -48,10 +53,12 @@ def browser_problem(environ=None) -> str | None:
 
 
 def make_workspace(repo_root: Path, dest: Path) -> Path:
-    """dest/notebooks: a copy of the notebooks; everything else in the repo linked beside it."""
+    """dest/notebooks: a copy of the notebooks; everything else in the repo linked beside it,
+    but for what runs write (checkpoints/, results/): the kernels neither read a developer's
+    earlier results nor overwrite them."""
     dest.mkdir(parents=True)
     for entry in repo_root.iterdir():
-        if entry.name in ("notebooks", ".git", ".venv"):
+        if entry.name in ("notebooks", ".git", ".venv", *RUN_OUTPUTS):
             continue
         (dest / entry.name).symlink_to(entry)
     shutil.copytree(repo_root / "notebooks", dest / "notebooks",
