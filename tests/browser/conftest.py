@@ -150,7 +150,7 @@ class NotebookRuns:
                     self.release(path.name)
         run = self.runs[name]
         if name in self.kept_open:
-            run.page.bring_to_front()  # its widgets are clicked next
+            run.page.bring_to_front()  # its widgets are clicked next: not throttled behind another
         return run
 
     def load(self, path: Path) -> None:

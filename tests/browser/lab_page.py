@@ -169,7 +169,9 @@ def run_notebook(page, server, notebook_path: Path, timeout: float, *,
     click_menu(page, "Run", "Run All Cells")
     if meanwhile is not None:
         meanwhile()
-        page.bring_to_front()  # the page a learner would be looking at
+        # In front again: Chromium throttles the timers of a page behind another, and JupyterLab
+        # then renders (and answers the test) many times slower.
+        page.bring_to_front()
     wait_until_run_done(page, server, notebook_path.name, timeout)
     run.seconds = time.monotonic() - started
     wait_for_widgets(page)

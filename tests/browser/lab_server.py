@@ -23,11 +23,7 @@ from tests.browser.find_browser import HOW_TO_GET_ONE, find_chromium, looked_at
 # Flags that work headless as root in a container (no sandbox, no GPU, nothing phoning home).
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage",
-                 # Several notebooks are open at once (the next one loads while one runs, a
-                 # widget test's stays open): a page not in front must not be throttled.
-                 "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-                 "--disable-backgrounding-occluded-windows"]
+                 "--disable-dev-shm-usage"]
 
 # JupyterLab settings for the test's own settings dir: render every cell (so the whole notebook
 # is in the page to inspect), record cell timings, and fetch no news or updates (no network here).
