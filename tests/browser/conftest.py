@@ -134,15 +134,15 @@ class NotebookRuns:
         for index, path in enumerate(self.notebooks[:names.index(name) + 1]):
             if path.name not in self.runs:
                 self.graphs.collect(between_runs(self.kept_open))
-                opened = self.loading.pop(path.name, None)
-                page = opened.page if opened else self.context.new_page()
+                self.load(path)  # unless it is loading already
                 following = self.notebooks[index + 1:index + 2]
-                run = run_notebook(page, self.server, path, NOTEBOOK_TIMEOUT_S, opened=opened,
+                run = run_notebook(self.loading.pop(path.name), self.server, path,
+                                   NOTEBOOK_TIMEOUT_S,
                                    meanwhile=lambda: [self.load(p) for p in following])
                 self.graphs.collect(path.name)
                 run.executed = keep_executed(path)
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(SCREENSHOTS / f"{path.stem}.png"))
+                run.page.screenshot(path=str(SCREENSHOTS / f"{path.stem}.png"))
                 self.runs[path.name] = run
                 if path.name == name and keep_open:
                     self.kept_open.add(name)

@@ -155,14 +155,12 @@ def save_notebook(page, server, notebook_name: str) -> None:
     raise TimeoutError(f"{notebook_name}: JupyterLab did not save within 30 s")
 
 
-def run_notebook(page, server, notebook_path: Path, timeout: float, *,
-                 opened: NotebookRun | None = None,
+def run_notebook(run: NotebookRun, server, notebook_path: Path, timeout: float, *,
                  meanwhile: Callable[[], object] | None = None) -> NotebookRun:
-    """Open (unless open_page did already: opened), Run > Run All Cells, wait, save; collect
-    every problem the page or file shows. meanwhile() is called once Run All is under way (the
-    next notebook's page loads while this one runs)."""
+    """The notebook open_page started loading: Run > Run All Cells, wait, save; collect every
+    problem the page or file shows. meanwhile() is called once Run All is under way (the next
+    notebook's page loads while this one runs)."""
     saved_before = notebook_path.stat().st_mtime_ns
-    run = opened or open_page(page, server, notebook_path)
     wait_until_open(run.page, server, notebook_path.name)
     page = run.page
     started = time.monotonic()

@@ -12,7 +12,7 @@ import pytest
 
 from helpers.classroom import workbook_notebooks
 from tests.browser.conftest import SCREENSHOTS, shut_down_kernel
-from tests.browser.lab_page import WIDGET_ERROR, WIDGET_LOADING, run_notebook
+from tests.browser.lab_page import WIDGET_ERROR, WIDGET_LOADING, open_page, run_notebook
 from tests.browser.widget_clicks import (click_through_cache_browser, click_through_flags_editor,
                                          code_cell, rerun_cell, wait_for)
 from tests.conftest import REPO_ROOT
@@ -48,7 +48,7 @@ def test_the_detector_catches_errors_broken_widgets_and_console_errors(lab, chro
     nbformat.write(nb, path)
     page = chromium.new_page()
     try:
-        run = run_notebook(page, lab, path, timeout=120)
+        run = run_notebook(open_page(page, lab, path), lab, path, timeout=120)
     finally:
         page.close()
         shut_down_kernel(lab, path.name)
