@@ -1,7 +1,7 @@
 """Values that differ from one machine or run to the next, found in committed notebook outputs.
 
 A committed output is compared on every machine, so each such value must be covered by a section
-of tests/nbval_sanitize.cfg, or its cell marked NBVAL_IGNORE_OUTPUT. find_varying() applies the
+of tests/nbval_sanitize.cfg, or its cell tagged nbval-ignore-output. find_varying() applies the
 sanitizer first and reports what is left: hashes (torch_xla's graph hashes differ by CPU ISA),
 absolute paths, temp names, pids, ports, hex addresses, timestamps, hostnames and durations.
 A value the workbook's own code writes literally (a demo cache's entry names, a default path) is

@@ -3,10 +3,11 @@
 Each notebook is executed once per test run (in JupyterLab by the browser test, or by nbclient
 where no browser is found outside CI) and saved; each code cell's saved outputs are then compared
 with the committed ones by nbval's IPyNbCell.compare_outputs: the same sanitizer file
-(tests/nbval_sanitize.cfg), stream coalescing and comment markers (NBVAL_IGNORE_OUTPUT,
-NBVAL_SKIP, NBVAL_RAISES_EXCEPTION, NBVAL_CHECK_OUTPUT; and nbval's cell tags).
+(tests/nbval_sanitize.cfg), stream coalescing and nbval's cell tags (nbval-ignore-output,
+nbval-skip, nbval-raises-exception, nbval-check-output), kept in cell metadata so that the code a
+learner reads carries no markers.
 
-Marker `# BACKEND_OUTPUT: <why>` on its own comment line: the cell's output depends on the backend
+Cell metadata `"backend_output": "<why>"`: the cell's output depends on the backend
 (graph counts, cache layout, core counts...). The committed outputs come from the CPU stand-in, so
 in the Neuron mode such a cell's output is not compared (its asserts, which take their expected
 values from helpers/expected.py, still ran); every other cell is. The mode is `neuron` on a host
@@ -26,8 +27,7 @@ import nbformat
 from nbval.plugin import (IPyNbCell, bcolors, coalesce_streams, find_comment_markers,
                           find_metadata_tags, get_sanitize_patterns, nocolors)
 
-BACKEND_MARKER = "BACKEND_OUTPUT"
-BACKEND_MARKER_LINE = re.compile(rf"^\s*#\s*{BACKEND_MARKER}\s*:\s*(\S.*)$", re.MULTILINE)
+BACKEND_KEY = "backend_output"  # cell metadata: why this cell's output depends on the backend
 MODES = ("stand-in", "neuron")
 MODE_VARIABLE = "WORKBOOK_BACKEND_OUTPUTS"
 # nbval skips these when comparing; images too, unless --nbdime (never used here).
@@ -68,13 +68,14 @@ class CellOptions:
 
 
 def cell_options(cell) -> CellOptions:
-    """nbval's markers (comments win over tags, as in nbval) and ours."""
-    options = dict(find_metadata_tags(cell.get("metadata", {})))
+    """nbval's markers (its cell tags; comments win over tags, as in nbval) and ours."""
+    metadata = cell.get("metadata", {})
+    options = dict(find_metadata_tags(metadata))
     options.update(dict(find_comment_markers(cell.source)))
-    marked = BACKEND_MARKER_LINE.search(cell.source)
+    reason = metadata.get(BACKEND_KEY)
     return CellOptions(check=options.get("check", True), skip=options.get("skip", False),
                        raises=options.get("check_exception", False),
-                       backend_reason=marked.group(1).strip() if marked else None)
+                       backend_reason=str(reason).strip() if reason else None)
 
 
 def code_cells(nb) -> list:
@@ -116,7 +117,7 @@ def compare_cell(committed, executed, patterns, mode: str = "stand-in") -> str:
     """Compare one code cell; return what was done ("compared" or "not compared: <why>").
 
     Raises OutputMismatch with nbval's diff when the outputs differ, or when the cell raised in
-    this run without NBVAL_RAISES_EXCEPTION."""
+    this run without nbval-raises-exception."""
     if committed.source != executed.source:
         raise OutputMismatch("the executed cell's source differs from the committed one: "
                              "the notebook changed during the run")
@@ -125,13 +126,13 @@ def compare_cell(committed, executed, patterns, mode: str = "stand-in") -> str:
     if errors and not options.raises:
         raise OutputMismatch(f"the cell raised {errors[0].ename}: {errors[0].evalue}")
     if options.skip:
-        return "not compared: NBVAL_SKIP"
+        return "not compared: nbval-skip"
     if not options.check:
-        return "not compared: NBVAL_IGNORE_OUTPUT"
+        return "not compared: nbval-ignore-output"
     if committed.execution_count is None:
         return "not compared: never executed in the committed notebook"
     if mode == "neuron" and options.backend_reason:
-        return f"not compared: {BACKEND_MARKER} ({options.backend_reason})"
+        return f"not compared: backend output ({options.backend_reason})"
     comparer = _nbval_comparer(patterns)
     test = coalesce_streams(copy.deepcopy(list(executed.get("outputs", []))))
     ref = coalesce_streams(copy.deepcopy(list(committed.get("outputs", []))))

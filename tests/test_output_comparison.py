@@ -18,9 +18,13 @@ NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 new_code_cell, new_output = nbformat.v4.new_code_cell, nbformat.v4.new_output
 
 
-def cell(source, *outputs, count=1):
+def cell(source, *outputs, count=1, tags=(), backend_output=None):
     c = new_code_cell(source, outputs=list(outputs))
     c.execution_count = count
+    if tags:
+        c.metadata["tags"] = list(tags)
+    if backend_output:
+        c.metadata["backend_output"] = backend_output
     return c
 
 
@@ -75,23 +79,23 @@ def test_forms_a_saved_notebook_may_take_compare_equal():
 
 
 def test_markers_decide_what_is_compared():
-    ignored = cell("# NBVAL_IGNORE_OUTPUT\nprint(t)", stdout("12:00\n"))
+    ignored = cell("print(t)", stdout("12:00\n"), tags=["nbval-ignore-output"])
     assert compare_cell(ignored, cell(ignored.source, stdout("13:00\n")), SANITIZER) == (
-        "not compared: NBVAL_IGNORE_OUTPUT")
-    backend = cell("# BACKEND_OUTPUT: graphs compiled per run\nprint(n)", stdout("1 graph\n"))
+        "not compared: nbval-ignore-output")
+    backend = cell("print(n)", stdout("1 graph\n"), backend_output="graphs compiled per run")
     on_neuron = cell(backend.source, stdout("2 graphs\n"))
     with pytest.raises(OutputMismatch):
         compare_cell(backend, on_neuron, SANITIZER, mode="stand-in")
     assert compare_cell(backend, on_neuron, SANITIZER, mode="neuron") == (
-        "not compared: BACKEND_OUTPUT (graphs compiled per run)")
+        "not compared: backend output (graphs compiled per run)")
 
 
 def test_a_cell_that_raised_fails_even_when_its_output_is_not_compared():
     error = new_output("error", ename="AssertionError", evalue="graphs_compiled == 2", traceback=[])
-    for source in ("# NBVAL_IGNORE_OUTPUT\nx", "# BACKEND_OUTPUT: counts\nx"):
+    for marks in ({"tags": ["nbval-ignore-output"]}, {"backend_output": "counts"}):
         with pytest.raises(OutputMismatch, match="raised AssertionError"):
-            compare_cell(cell(source), cell(source, error), SANITIZER, mode="neuron")
-    expected = cell("# NBVAL_RAISES_EXCEPTION\nx", error)
+            compare_cell(cell("x", **marks), cell("x", error, **marks), SANITIZER, mode="neuron")
+    expected = cell("x", error, tags=["nbval-raises-exception"])
     assert compare_cell(expected, copy.deepcopy(expected), SANITIZER) == "compared"
 
 
@@ -108,9 +112,9 @@ def test_the_mode_follows_the_device_node_unless_forced(tmp_path):
 
 # ---- values that differ between machines (issue: a graph hash committed from another CPU)
 
-def notebook_with(*outputs, source="print(result)"):
+def notebook_with(*outputs, source="print(result)", tags=()):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [cell(source, *outputs)]
+    nb.cells = [cell(source, *outputs, tags=tags)]
     return nb
 
 
@@ -137,7 +141,7 @@ def test_the_scan_leaves_what_a_sanitizer_covers_ignored_cells_and_the_codes_own
     covered = stdout("pid 4242 at 0x7f3a2c1d9e80 took 3.2 s\n")
     assert find_varying(notebook_with(covered), SANITIZER, hostname="") == []
     raw = stdout("hash 6d05d052b1e4c2a7f7e0a3d9c1b2e3f4\n")
-    assert find_varying(notebook_with(raw, source="# NBVAL_IGNORE_OUTPUT\nx"), SANITIZER,
+    assert find_varying(notebook_with(raw, tags=["nbval-ignore-output"]), SANITIZER,
                         hostname="") == []
     assert find_varying(notebook_with(raw), SANITIZER, hostname="",
                         fixed="DEMO = '6d05d052b1e4c2a7f7e0a3d9c1b2e3f4'") == []
@@ -148,8 +152,8 @@ def test_committed_outputs_hold_nothing_that_varies_between_machines(path):
     found = find_varying(read_notebook(path), SANITIZER, path.name, fixed=FIXED)
     assert not found, (
         "committed outputs hold values that differ between machines; print what the lesson "
-        "needs instead, add a narrow section to tests/nbval_sanitize.cfg, or mark the cell "
-        "# NBVAL_IGNORE_OUTPUT:\n" + "\n".join(str(f)[:300] for f in found[:20]))
+        "needs instead, add a narrow section to tests/nbval_sanitize.cfg, or tag the cell "
+        "nbval-ignore-output:\n" + "\n".join(str(f)[:300] for f in found[:20]))
 
 
 FIXED = fixed_text(REPO_ROOT)

@@ -1,0 +1,78 @@
+"""One-line checks for the notebooks: print what holds, in words a learner reads, or raise.
+
+A notebook cell ends with `check("test accuracy", results.test_accuracy, ">=", 0.92)` instead of
+an `assert`: it prints `✓ test accuracy 0.9305 ≥ 0.92` and raises `CheckFailed` (an
+AssertionError, so nbval and Run All stop on it) with `✗ …` and the hint when it does not hold.
+Expected values come from helpers/expected.py, never a literal measured on one backend.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+_OPERATORS = {
+    "==": (operator.eq, "=", "≠"),
+    "!=": (operator.ne, "≠", "="),
+    ">=": (operator.ge, "≥", "<"),
+    ">": (operator.gt, ">", "≤"),
+    "<=": (operator.le, "≤", ">"),
+    "<": (operator.lt, "<", "≥"),
+    "in": (lambda value, allowed: value in allowed, "in", "not in"),
+}
+
+
+class CheckFailed(AssertionError):
+    """A notebook check that does not hold; its message says what was expected and what to do."""
+
+
+def show(value) -> str:
+    """A number as a learner reads it: 7,500 / 0.9305 / 241; a range as [lo, hi]; sets sorted."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isfinite(value) and value == int(value) and abs(value) >= 1000:
+            return f"{int(value):,}"
+        return f"{value:.4g}"
+    if isinstance(value, range):
+        return show(value.start) if len(value) == 1 else f"{show(value.start)}–{show(value.stop - 1)}"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(show(v) for v in sorted(value)) + "}"
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+        return f"[{show(value[0])}, {show(value[1])}]"
+    return str(value)
+
+
+def check(label: str, value=True, op: str | None = None, expected=None, *,
+          hint: str = "", unit: str = "") -> None:
+    """Print `✓ <label> <value> <op> <expected>` when it holds; raise CheckFailed when not.
+
+    With only a label and a truth value (`check("the reloaded model predicts the same", same)`)
+    it prints the label. `op` is one of ==, !=, >=, >, <=, <, in; `between` takes a (low, high)
+    pair, both ends included.
+    """
+    if op is None:
+        if not isinstance(value, bool):
+            raise TypeError(f"check({label!r}): give a truth value, or an operator and a bound")
+        if value:
+            print(f"✓ {label}")
+            return
+        raise CheckFailed(f"✗ {label}: it does not hold" + (f". {hint}" if hint else ""))
+    if op == "between":
+        low, high = expected
+        holds = low <= value <= high
+        shown = f"{show(value)}{unit} in [{show(low)}, {show(high)}]{unit}"
+        failed = f"{show(value)}{unit} outside [{show(low)}, {show(high)}]{unit}"
+    elif op in _OPERATORS:
+        compare, yes, no = _OPERATORS[op]
+        holds = bool(compare(value, expected))
+        shown = f"{show(value)}{unit} {yes} {show(expected)}{unit}"
+        failed = f"{show(value)}{unit} {no} {show(expected)}{unit}"
+    else:
+        raise ValueError(f"check({label!r}): unknown operator {op!r}; use one of "
+                         f"{', '.join(_OPERATORS)} or 'between'")
+    if holds:
+        print(f"✓ {label} {shown}")
+        return
+    raise CheckFailed(f"✗ {label} {failed}" + (f". {hint}" if hint else ""))

@@ -1,0 +1,74 @@
+"""The lesson's limits, held on the committed notebooks: each numbered notebook fits one workshop
+slot, and the code a learner reads is the code the lesson teaches.
+
+- markdown words (`\\w+` tokens): at most 800 in 00, 1,500 in every other notebook, 9,000 in all;
+- no `assert` line and no output-marker comment in a code cell: a check is one call to
+  helpers.checks.check (it prints what holds, raises when not), nbval's markers are cell tags;
+- no code cell longer than 15 lines: one idea per cell.
+"""
+import re
+
+import nbformat
+import pytest
+
+from mnist_mlp.paths import REPO_ROOT
+
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+WORDS = re.compile(r"\w+")
+MARKER_COMMENT = re.compile(r"^\s*#.*\b(NBVAL_[A-Z_]+|BACKEND_OUTPUT)\b")
+MAX_WORDS, MAX_WORDS_SETUP, MAX_WORDS_ALL, MAX_CELL_LINES = 1500, 800, 9000, 15
+
+
+def markdown_words(nb) -> int:
+    return sum(len(WORDS.findall(c.source)) for c in nb.cells if c.cell_type == "markdown")
+
+
+def limit_for(path) -> int:
+    return MAX_WORDS_SETUP if path.name.startswith("00_") else MAX_WORDS
+
+
+def read(path):
+    return nbformat.read(path, as_version=4)
+
+
+def test_the_limits_see_what_they_limit():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title\n\nTwo words, `torch_xla.sync()` 3."),
+                nbformat.v4.new_code_cell("assert x\n# NBVAL_IGNORE_OUTPUT\n" + "y\n" * 20)]
+    assert markdown_words(nb) == 6  # Title Two words torch_xla sync 3
+    assert list(lesson_findings("t.ipynb", nb)) == [
+        "t.ipynb code cell 1: an assert line (use helpers.checks.check)",
+        "t.ipynb code cell 1: an output-marker comment (tag the cell instead)",
+        "t.ipynb code cell 1: 22 lines (at most 15: one idea per cell)"]
+
+
+def lesson_findings(name, nb):
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        lines = cell.source.splitlines()
+        if any(line.lstrip().startswith("assert ") for line in lines):
+            yield f"{name} code cell {index}: an assert line (use helpers.checks.check)"
+        if any(MARKER_COMMENT.match(line) for line in lines):
+            yield f"{name} code cell {index}: an output-marker comment (tag the cell instead)"
+        if len(lines) > MAX_CELL_LINES:
+            yield f"{name} code cell {index}: {len(lines)} lines (at most {MAX_CELL_LINES}: one idea per cell)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_notebook_fits_one_workshop_slot(path):
+    words = markdown_words(read(path))
+    assert words <= limit_for(path), (
+        f"{path.name}: {words:,} words of markdown, at most {limit_for(path):,}: move reference "
+        f"material to docs/ and link it in one line")
+
+
+def test_the_workbook_fits_its_day():
+    words = {path.name: markdown_words(read(path)) for path in NOTEBOOKS}
+    assert sum(words.values()) <= MAX_WORDS_ALL, f"{sum(words.values()):,} words in all: {words}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_code_a_learner_reads_is_the_lesson(path):
+    found = list(lesson_findings(path.name, read(path)))
+    assert not found, "\n".join(found)
