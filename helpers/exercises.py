@@ -318,7 +318,7 @@ def check_repeated_small_adds(predicted_nearest, predicted_stochastic) -> Feedba
 
 
 # --------------------------------------------------------------------------- 06 · inside a run
-# (added by notebook 06's owner)
+
 
 def compile_cost_in_epochs() -> float:
     """Epochs of the tutorial's 2-worker run that cost as much as its first compile."""

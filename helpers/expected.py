@@ -161,7 +161,7 @@ def add_quantity(name: str, *, neuron: Fact, xla_cpu: Fact, cpu: Fact | None = N
     _NEURON[name], _XLA_CPU[name], _CPU[name] = neuron, xla_cpu, cpu or xla_cpu
 
 
-# --- Notebook 06 (look inside a run; helper D) ------------------------------------------------
+# --- Notebook 06 (look inside a run) -------------------------------------------------------
 _MONITOR_GUIDE = DOCS + "tools/neuron-sys-tools/neuron-monitor-user-guide.html"
 add_quantity(
     "utilization_source",

@@ -6,7 +6,6 @@ import pytest
 # Tests that touch torch_xla in-process run it on the CPU stand-in; must be set before it loads.
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
-from mnist_mlp.paths import REPO_ROOT  # noqa: E402,F401  (the tests import it from here too)
 
 
 @pytest.fixture(scope="session")
@@ -208,7 +207,7 @@ def slowest_notebook_cells(terminalreporter, count: int = 12) -> None:
 
 
 # --------------------------------------------------------------------------- stage-script runs
-# (helper A's block) Each distinct stage-script command line runs once per session and is shared
+# Each distinct stage-script command line runs once per session and is shared
 # by the tests that read it: tests/script_runs.py names them.
 
 

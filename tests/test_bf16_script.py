@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mnist_mlp.precision import PRECISIONS
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 from tests.script_runs import LONG_STEPS
 from tests.test_scripts import (assert_no_deprecation_warning, assert_sample_lines_in_order,
                                 forbidden, stage_main)

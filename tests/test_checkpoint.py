@@ -27,7 +27,7 @@ from mnist_mlp.checkpoint import (
     temp_name_pattern,
     writable_dir_problem,
 )
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 from tests.xla_stand_in import DEVICE
 
 

@@ -11,7 +11,7 @@ from helpers.cache.demo import build_demo_cache
 from helpers.cache.location import CACHE_URL_ENV
 from helpers.cache.scan import scan_cache
 from helpers.classroom import reset
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 STAMP = ".venv/.requirements-stamp"  # make -o: do not re-install the venv inside a test
 

@@ -14,7 +14,7 @@ import yaml
 
 from helpers.processes import run_streaming, venv_bin_first
 from helpers.torchrun import efa_env, torchrun_command_line
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)$")
 

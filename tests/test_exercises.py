@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from helpers import exercises as ex
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 SOLUTIONS = sorted((REPO_ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.py"))
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

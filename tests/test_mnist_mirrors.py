@@ -28,7 +28,7 @@ import pytest
 from helpers.procfs import PROC_DIR, process_cmdline
 from mnist_mlp.download import (IDX_MD5, PIP_DEADLINE_PER_TIMEOUT, MnistDataError, _run_with_deadline,
                                 ensure_mnist, raw_dir)
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import copy
 import nbformat
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 from tests.machine_values import find_varying, fixed_text
 from tests.notebook_outputs import (OutputMismatch, code_cells, compare_cell, outputs_mode,
                                     read_notebook, read_sanitizer)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 from tests.script_runs import LONG_STEPS, TORCHRUN_LONG_STEPS, torchrun_argv
 # train.py's and train_bf16.py's main() run in this process up to a refusal: on the shared
 # stand-in device, started at collection (tests/xla_stand_in.py says why).

@@ -17,7 +17,7 @@ import pytest
 
 from helpers.tensorboard import (LOSS_TAG, TensorBoard, TensorBoardError, step_names,
                                  trace_viewer_path)
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 

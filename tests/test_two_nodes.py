@@ -10,7 +10,7 @@ import torch
 
 from helpers.processes import CommandFailed
 from helpers.torchrun import missing_node_message, run_nodes, side_by_side, torchrun_argv
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 from tests.script_runs import TRIAL_STEPS
 
 SCRIPT = "mnist_mlp/train_torchrun.py"

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.browser.find_browser import in_ci
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 WORKFLOWS = sorted((REPO_ROOT / ".github" / "workflows").glob("*.yml"))
 CONFIG = REPO_ROOT / ".github" / "actionlint.yaml"

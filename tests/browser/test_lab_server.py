@@ -10,7 +10,7 @@ import pytest
 
 from tests.browser.find_browser import find_chromium, in_ci, is_snap, profile_parent
 from tests.browser.lab_server import browser_problem, make_workspace
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 
 def fake_browser(path: Path, text: str = "#!/bin/sh\necho Chromium 1\n") -> Path:

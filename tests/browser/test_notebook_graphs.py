@@ -12,7 +12,7 @@ from helpers.expected import expected
 from helpers.graph_record import (RECORD, REGENERATE, describe_uncovered, kernel_backend,
                                   read_record, uncovered)
 from tests.browser.conftest import kernel_env
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 
 
 def test_every_graph_the_notebooks_compiled_is_in_the_record(executed_notebooks, lab_notebooks,

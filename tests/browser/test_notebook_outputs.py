@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.paths import REPO_ROOT
 from tests.notebook_outputs import (code_cells, compare_cell, outputs_mode, read_notebook,
                                     read_sanitizer)
 
