@@ -20,6 +20,10 @@ STAMP := $(VENV)/.requirements-stamp
 # On a Trainium host (a Neuron device node exists) also install torch-neuronx and neuronx-cc
 # from the Neuron pip repository; elsewhere they are not installable and not needed.
 REQUIREMENTS := requirements.txt $(if $(wildcard /dev/neuron0),requirements-neuron.txt)
+# The Neuron 2.31 "Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04)" keeps its PyTorch here
+# (Neuron DLAMI User Guide, v2.31.0). When it exists the venv is layered on it instead of
+# downloading a second torch; make venv DLAMI_VENV= ignores it. helpers/venv_plan.py decides.
+DLAMI_VENV ?= /opt/aws_neuronx_venv_pytorch_2_9
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 SOLUTIONS := $(sort $(wildcard notebooks/solutions/[0-9][0-9]_*.py))
 # make lab LAB_IP=0.0.0.0 LAB_PORT=8890: where JupyterLab listens. The default, the loopback
@@ -38,16 +42,16 @@ CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
 venv: $(STAMP)
 
 # Re-install only when the requirements change; re-create the venv when its python is gone
-# (e.g. the system python was upgraded under it).
+# (e.g. the system python was upgraded under it). Where torch comes from (helpers/venv_plan.py,
+# which says so first; `python3 -m helpers.venv_plan --dry-run` shows it without installing):
+#   the Neuron 2.31 DLAMI: its PyTorch venv is the base, only the notebook packages are installed;
+#     refused, saying what to do, when its torch/torch-xla/torchvision/torch-neuronx/neuronx-cc
+#     are not the pinned ones
+#   another Trainium host (plain Ubuntu 24.04): torch from PyTorch's CPU wheel index
+#     (download.pytorch.org/whl/cpu), no CUDA libraries; torch-neuronx from the Neuron repository
+#   anywhere else: everything from PyPI (about 4.4 GB the first time, 3.2 GB of it CUDA libraries)
 $(STAMP): $(REQUIREMENTS) pyproject.toml
-	@if ! $(PY) -c 'import sys' >/dev/null 2>&1; then \
-	    echo "Creating $(VENV) with $$($(PYTHON) --version)"; \
-	    rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); \
-	fi
-	@echo "Installing $(REQUIREMENTS) into $(VENV): the first time this downloads about 3 GB"
-	@echo "(torch and the CUDA libraries it needs even on a CPU) and takes a few minutes."
-	$(PY) -m pip install --disable-pip-version-check $(addprefix -r ,$(REQUIREMENTS))
-	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
+	$(PYTHON) -m helpers.venv_plan --venv $(VENV) --python $(PYTHON) --dlami-venv "$(DLAMI_VENV)"
 	@touch $@
 
 data: $(STAMP)

@@ -1,0 +1,294 @@
+"""How `make venv` builds the workbook's venv on this machine: which torch it uses and where from.
+
+Three paths, decided here (and nowhere else) from what is on disk:
+
+* dlami: the Neuron 2.31 "Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04)" ships its PyTorch
+  in /opt/aws_neuronx_venv_pytorch_2_9 (Neuron DLAMI User Guide, v2.31.0). When that venv holds
+  exactly our pins (torch, torch-xla, torchvision from requirements.txt; torch-neuronx, neuronx-cc
+  from requirements-neuron.txt) the workbook's venv is layered on it: a new venv made by the same
+  interpreter, whose site-packages carry a .pth file that adds the DLAMI venv's site-packages
+  after its own. pip then finds torch & co. already installed and downloads only the notebook
+  packages; the DLAMI venv itself is never written to. (`python -m venv --system-site-packages`
+  run by the DLAMI venv's python would not do: a venv made from a venv points at the interpreter
+  underneath, so it sees /usr's packages, not the DLAMI venv's.) Different versions: refused, with
+  what to do, because a second torch over the DLAMI's would shadow the one torch-neuronx was
+  built for.
+* cpu-index: a Trainium host (a Neuron device node) without that venv, e.g. plain Ubuntu 24.04:
+  a fresh venv, with torch and torchvision from PyTorch's CPU wheel index
+  (`--extra-index-url https://download.pytorch.org/whl/cpu`, the index PyTorch's install commands
+  name for "CPU only" and the Neuron setup guide names beside its own for TorchNeuron), so none
+  of the CUDA libraries PyPI's Linux torch depends on come down.
+* pypi: anywhere else (a laptop, CI): a fresh venv and everything from PyPI, as it always was.
+
+Standard library only, and it never imports torch: the Makefile runs it with the system python
+before any venv exists. `python3 -m helpers.venv_plan --venv .venv --dry-run` prints the plan.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_2_9"
+NEURON_DEVICE = "/dev/neuron0"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+PIP = ["-m", "pip", "install", "--disable-pip-version-check"]
+# What the DLAMI venv must hold, each pinned in one of these files.
+STACK = {"requirements.txt": ("torch", "torch-xla", "torchvision"),
+         "requirements-neuron.txt": ("torch-neuronx", "neuronx-cc")}
+# The .pth file that puts the DLAMI venv's site-packages on the workbook venv's sys.path.
+BASE_PTH = "_neuron_dlami_base.pth"
+PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)$")
+
+# Run by the DLAMI venv's python: what it sees, read from the installed metadata (no imports).
+_QUERY = """
+import importlib.metadata as md, json, platform, sys, sysconfig
+def version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+print(json.dumps({"python": platform.python_version(),
+                  "site": sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}),
+                  "versions": {name: version(name) for name in sys.argv[1:]}}))
+"""
+
+
+class Refusal(Exception):
+    """make venv stops here: the message says why and what to do."""
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(repo: Path = REPO_ROOT) -> dict[str, str]:
+    """Every name==version pin of requirements.txt and requirements-neuron.txt."""
+    found = {}
+    for filename in STACK:
+        for line in (repo / filename).read_text().splitlines():
+            m = PIN.match(line.split("#")[0].strip())
+            if m:
+                found[normalize(m.group(1))] = m.group(2)
+    return found
+
+
+def public(version: str) -> str:
+    """2.9.0+cpu -> 2.9.0: the local label names the build (cpu, cu128), not the release."""
+    return version.split("+")[0]
+
+
+@dataclass
+class Base:
+    """The DLAMI venv the workbook's venv is layered on."""
+    path: Path
+    python_version: str
+    site: list[str]
+    versions: dict[str, str | None]
+
+
+@dataclass
+class Plan:
+    path: str                                  # "dlami" | "cpu-index" | "pypi"
+    venv: Path
+    notes: list[str] = field(default_factory=list)
+    remove: bool = False                       # the venv's python is gone: start again
+    create: list[str] | None = None            # the command that makes the venv, if needed
+    base: Base | None = None                   # dlami: layered on this
+    pip: list[list[str]] = field(default_factory=list)
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def works(python: Path) -> bool:
+    try:
+        return subprocess.run([str(python), "-c", "import sys"], capture_output=True,
+                              timeout=60).returncode == 0
+    except OSError:
+        return False
+
+
+def read_base(dlami_venv: Path) -> Base:
+    names = [name for group in STACK.values() for name in group]
+    out = subprocess.run([str(venv_python(dlami_venv)), "-c", _QUERY, *names], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    found = json.loads(out)
+    return Base(dlami_venv, found["python"], found["site"], found["versions"])
+
+
+def layered_on(venv: Path) -> bool:
+    """Was this venv made on the DLAMI venv (it carries the .pth file)?"""
+    return any(venv.glob(f"lib/python3*/site-packages/{BASE_PTH}"))
+
+
+def mismatches(base: Base, wanted: dict[str, str]) -> list[str]:
+    return [f"{name} {base.versions[name] or 'missing'} (pinned {wanted[name]})"
+            for group in STACK.values() for name in group
+            if base.versions[name] is None or public(base.versions[name]) != wanted[name]]
+
+
+def plan(venv, python="python3", dlami_venv=DLAMI_VENV, neuron_device=NEURON_DEVICE,
+         repo: Path = REPO_ROOT) -> Plan:
+    """What make venv does here. Raises Refusal when the DLAMI venv's versions are not ours."""
+    venv = Path(venv)
+    py = str(venv_python(venv))
+    exists = works(venv_python(venv))
+    trainium = os.path.exists(neuron_device)
+    dlami = Path(dlami_venv) if dlami_venv and works(venv_python(Path(dlami_venv))) else None
+    wanted = pins(repo)
+    requirements = ["-r", "requirements.txt"]
+
+    if dlami and (not exists or layered_on(venv)):
+        base = read_base(dlami)
+        stack = ", ".join(f"{name} {base.versions[name]}"
+                          for group in STACK.values() for name in group)
+        wrong = mismatches(base, wanted)
+        if wrong:
+            raise Refusal(
+                f"The Neuron DLAMI venv {dlami} holds {'; '.join(wrong)}.\n"
+                "The workbook is pinned to Neuron 2.31's PyTorch 2.9 stack (requirements.txt, "
+                "requirements-neuron.txt) and will not put a second torch over the DLAMI's.\n"
+                "Either launch the Neuron 2.31 'Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu "
+                "24.04)', or build a venv of the workbook's own that ignores the DLAMI's:\n"
+                f"    {'make clean-venv && ' if exists else ''}make venv DLAMI_VENV=\n"
+                "(on a Trainium host: torch from PyTorch's CPU wheel index plus torch-neuronx "
+                "and neuronx-cc from the Neuron pip repository).")
+        p = Plan("dlami", venv, base=base)
+        p.notes.append(f"Using the Neuron DLAMI venv {dlami} (Python {base.python_version}) as "
+                       f"the base of {venv}: {stack}, as pinned.")
+        if not exists:
+            p.remove = venv.exists()
+            p.create = [str(venv_python(dlami)), "-m", "venv", str(venv)]
+        p.notes.append(f"Installing only what the notebooks add (requirements.txt; the stack "
+                       f"above is installed already) into {venv}: about 0.2 GB to download.")
+        p.pip = [[py, *PIP, *requirements]]
+    else:
+        p = Plan("cpu-index" if trainium else "pypi", venv)
+        if dlami:
+            p.notes.append(f"{venv} exists and was not built on the DLAMI venv {dlami}: kept as "
+                           f"it is (`make clean-venv && make venv` rebuilds it on the DLAMI venv).")
+        if not exists:
+            p.remove = venv.exists()
+            p.create = [python, "-m", "venv", str(venv)]
+            p.notes.append(f"Creating {venv} with {python}.")
+        if trainium:
+            requirements += ["-r", "requirements-neuron.txt"]
+            p.notes.append(f"Trainium host ({neuron_device}) without the Neuron DLAMI venv "
+                           f"({dlami_venv or 'DLAMI_VENV unset'}): torch and torchvision from "
+                           f"PyTorch's CPU wheel index, torch-neuronx and neuronx-cc from the "
+                           f"Neuron pip repository, the rest from PyPI; no CUDA libraries.")
+            p.pip = [[py, *PIP, "--extra-index-url", CPU_INDEX, *requirements]]
+        else:
+            p.notes.append(f"Installing requirements.txt into {venv}: the first time this "
+                           f"downloads about 4.4 GB (torch, and 3.2 GB of CUDA libraries it needs "
+                           f"even on a CPU) and takes a few minutes.")
+            p.pip = [[py, *PIP, *requirements]]
+    p.pip.append([py, *PIP, "-q", "--no-deps", "-e", "."])
+    return p
+
+
+# ---- carrying a plan out
+
+def site_packages(python: Path) -> Path:
+    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                         check=True, capture_output=True, text=True).stdout
+    return Path(out.strip())
+
+
+def write_base_pth(venv: Path, base: Base) -> Path:
+    """The DLAMI venv's site-packages after the venv's own; site.addsitedir also runs the .pth
+    files found there, as the DLAMI venv's own python does."""
+    pth = site_packages(venv_python(venv)) / BASE_PTH
+    pth.write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in base.site))
+    return pth
+
+
+def link_base_commands(venv: Path, base: Base) -> list[str]:
+    """The DLAMI venv's commands (torchrun, neuronx-cc, neuron_parallel_compile, ...) in the
+    venv's bin/, run by the venv's python: what the workbook starts finds them there, and they
+    see the notebook packages too. Commands the venv has already, and binaries, are left alone."""
+    base_bin, bin_dir = base.path / "bin", venv / "bin"
+    linked = []
+    for script in sorted(base_bin.iterdir()):
+        target = bin_dir / script.name
+        if target.exists() or script.name.startswith(("python", "pip", "activate", "Activate")):
+            continue
+        try:
+            first, rest = script.read_text().split("\n", 1)
+        except (UnicodeDecodeError, ValueError, OSError):
+            continue
+        interpreter = first[2:].strip().split(" ")[0] if first.startswith("#!") else ""
+        if Path(interpreter).parent != base_bin:
+            continue
+        target.write_text(f"#!{bin_dir / 'python'}\n{rest}")
+        target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        linked.append(script.name)
+    return linked
+
+
+def run(argv: list[str], cwd: Path) -> None:
+    print(shlex.join(argv), flush=True)
+    subprocess.run(argv, check=True, cwd=cwd)
+
+
+def execute(p: Plan, repo: Path = REPO_ROOT) -> None:
+    for note in p.notes:
+        print(note, flush=True)
+    if p.remove:
+        shutil.rmtree(p.venv)
+    if p.create:
+        run(p.create, repo)
+    if p.base:
+        print(f"{write_base_pth(p.venv, p.base)}: adds {', '.join(p.base.site)}", flush=True)
+    for argv in p.pip:
+        run(argv, repo)
+    if p.base:
+        linked = link_base_commands(p.venv, p.base)
+        if linked:
+            print(f"From {p.base.path}/bin, run by {p.venv}/bin/python: {' '.join(linked)}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--venv", default=".venv")
+    parser.add_argument("--python", default="python3", help="makes the venv off the DLAMI")
+    parser.add_argument("--dlami-venv", default=DLAMI_VENV, help="empty: do not use it")
+    parser.add_argument("--neuron-device", default=NEURON_DEVICE)
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    args = parser.parse_args(argv)
+    try:
+        p = plan(args.venv, args.python, args.dlami_venv, args.neuron_device)
+    except Refusal as refusal:
+        print(f"make venv: {refusal}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(f"path: {p.path}")
+        for note in p.notes:
+            print(note)
+        for argv in ([["rm", "-rf", str(p.venv)]] if p.remove else []) + \
+                ([p.create] if p.create else []):
+            print(shlex.join(argv))
+        if p.base:
+            print(f"then {BASE_PTH} in {p.venv}'s site-packages adds {', '.join(p.base.site)}")
+        for argv in p.pip:
+            print(shlex.join(argv))
+        if p.base:
+            print(f"then the commands of {p.base.path}/bin, run by {p.venv}/bin/python")
+        return 0
+    execute(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
