@@ -1,12 +1,22 @@
-"""Who holds the NeuronCores: processes with /dev/neuron* open, monitors told apart from runtimes.
+"""Who holds the NeuronCores: processes with /dev/neuron* open, monitors told apart from holders.
 
-The Neuron runtime reserves its NeuronCores at start-up (nrt_init), exclusively, until the
-process exits ("Once a NeuronCore is reserved for a process, it cannot be used by another process
-at all": Neuron Runtime configuration guide). Opening /dev/neuron* is not holding a core: the
-tools neuron-ls, neuron-top and neuron-monitor open the device to read it (`neuron-ls
---show-all-procs` lists them with runtime version NA). So a monitor never counts, and for a
-process that may hold cores the NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES it started with
-(/proc/<pid>/environ) say which, when this user may read them.
+How many cores a process takes (the one statement the workbook makes, CORE_RULE below): by default
+the Neuron runtime "initializes all the cores present in the system and reserves them for the
+current process", and "Once a NeuronCore is reserved for a process, it cannot be used by another
+process at all, until the process reserving that NeuronCore is terminated" (Neuron Runtime
+configuration guide, 2.31). torch-xla 2.9 narrows that only for the processes torchrun or its own
+launcher starts (torch_xla/_internal/neuron.py sets NEURON_RT_VISIBLE_CORES to the worker's
+LOCAL_RANK there), never for a plain process such as a notebook kernel; torch-neuronx, which takes
+over start-up when installed, is not public code, so the workbook relies on neither default and
+sets NEURON_RT_VISIBLE_CORES itself (helpers.workbook.setup).
+
+Opening /dev/neuron* is not always holding a core: neuron-ls, neuron-top and neuron-monitor open
+the device to read it (`neuron-ls --show-all-procs` lists them with runtime version NA). A
+profiler's `capture` subcommand (`neuron-profile capture -n file.neff`, `neuron-explorer
+capture`) is different: it runs the NEFF on the device for "standalone NEFF profiling" (Neuron
+Explorer migration FAQ, 2.31), so it holds cores while it runs. For a process that may hold cores,
+the NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES it started with (/proc/<pid>/environ) say which,
+when this user may read them.
 """
 from __future__ import annotations
 
@@ -21,8 +31,56 @@ NEURON_DEVICE = re.compile(r"neuron\d+")
 # How a Jupyter kernel's command line looks (JupyterLab, Notebook, VS Code all start this module).
 JUPYTER_KERNEL = re.compile(r"ipykernel_launcher|ipykernel\b|\bkernel-[\w-]+\.json")
 # aws-neuronx-tools that open the device without starting a runtime (no core reserved).
-MONITORS = frozenset({"neuron-ls", "neuron-top", "neuron-monitor", "neuron-profile",
-                      "neuron-explorer"})
+MONITORS = frozenset({"neuron-ls", "neuron-top", "neuron-monitor"})
+# Profilers: their `capture` subcommand executes a NEFF on the device (a holder while it runs);
+# their other subcommands (view, inspect's own process) read files or start a workload that is a
+# process of its own.
+PROFILERS = frozenset({"neuron-profile", "neuron-explorer"})
+HOLDING_SUBCOMMANDS = frozenset({"capture"})
+
+DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/"
+RUNTIME_CONFIGURATION = DOCS + "neuron-runtime/guides/configuration-guide.html"
+TRAINING_TROUBLESHOOTING = DOCS + "frameworks/torch/torch-neuronx/training-troubleshooting.html"
+RUNTIME_TROUBLESHOOTING = DOCS + "neuron-runtime/nrt-troubleshoot.html"
+TORCH_XLA_NEURON = ("https://github.com/pytorch/xla/blob/v2.9.0/torch_xla/_internal/neuron.py"
+                    "#L76-L77")
+
+# The one statement of how many NeuronCores a process takes (sources in the module docstring
+# and docs/sources.md).
+CORE_RULE = (
+    "By default the Neuron runtime reserves every NeuronCore it can see for the process that "
+    "starts it, until that process exits; torch-xla sets NEURON_RT_VISIBLE_CORES only for "
+    "torchrun's workers (one core each), so the workbook gives each notebook kernel its cores "
+    "explicitly.")
+CORE_RULE_SOURCES = (RUNTIME_CONFIGURATION, TORCH_XLA_NEURON)
+
+
+@dataclass(frozen=True)
+class BusyCoreMessage:
+    text: str  # what the runtime prints, as the source quotes it
+    where: str  # on which hardware / runtime
+    source: str  # URL of the quote
+
+
+# What a process prints when the NeuronCores it asks for are held by another process.
+BUSY_CORE_MESSAGES = (
+    BusyCoreMessage("NeuronCore(s) not available - Requested:1 Available:0",
+                    "trn1 (torch-neuronx training troubleshooting, the heading of its entry)",
+                    TRAINING_TROUBLESHOOTING),
+    BusyCoreMessage("ERROR NRT:nrt_allocate_neuron_cores NeuronCore(s) not available - "
+                    "Requested:nc1-nc1 Available:0",
+                    "the runtime's log line (Neuron Runtime troubleshooting, "
+                    "'Neuron Core is in use')", RUNTIME_TROUBLESHOOTING),
+    BusyCoreMessage("Logical Neuron Core(s) not available - Requested:… Available:…",
+                    "recent runtimes and trn2 (logical NeuronCores): seen in users' logs, "
+                    "not quoted by the Neuron 2.31 documentation", ""),
+)
+
+
+def busy_core_messages_text() -> str:
+    """The busy-core messages in one sentence, for error texts and fixes."""
+    quoted = [f"'{m.text}'" for m in BUSY_CORE_MESSAGES]
+    return "a busy core fails at start-up with " + " or ".join((quoted[0], quoted[2]))
 CORE_VARIABLES = ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES")
 
 
@@ -44,8 +102,8 @@ class DeviceHolder:
         if self.core_env is None:
             return "unknown (its environment is not readable by this user)"
         if not self.core_env:
-            return ("not pinned (no NEURON_RT_VISIBLE_CORES: torch-neuronx takes one free core, "
-                    "other runtimes all of them)")
+            return ("not pinned (no NEURON_RT_VISIBLE_CORES when it started: it may hold every "
+                    "core it could see)")
         return ", ".join(f"{name}={value}" for name, value in self.core_env)
 
     def describe(self) -> str:
@@ -78,10 +136,18 @@ class HolderScan:
 
 
 def is_monitor(argv: list[str]) -> bool:
-    """argv[0]'s name is one of the Neuron monitors (a Python one is argv[1]'s)."""
-    names = [os.path.basename(a) for a in argv[:2]]
-    return bool(names) and (names[0] in MONITORS or (
-        names[0].startswith("python") and len(names) > 1 and names[1] in MONITORS))
+    """A Neuron tool that reads the device without holding a core: argv[0]'s name (a Python
+    script's is argv[1]'s) is a monitor, or a profiler whose subcommand is not `capture`."""
+    if not argv:
+        return False
+    start = 1 if os.path.basename(argv[0]).startswith("python") and len(argv) > 1 else 0
+    name = os.path.basename(argv[start])
+    if name in MONITORS:
+        return True
+    if name in PROFILERS:
+        subcommand = next((a for a in argv[start + 1:] if not a.startswith("-")), None)
+        return subcommand not in HOLDING_SUBCOMMANDS
+    return False
 
 
 def core_environment(proc_dir: Path) -> tuple[tuple[str, str], ...] | None:
@@ -139,3 +205,14 @@ def neuron_device_holders(proc_root: Path = PROC_DIR, dev_root: Path = Path("/de
                                         bool(JUPYTER_KERNEL.search(cmdline)), pid == self_pid,
                                         monitor, None if monitor else core_environment(proc_dir)))
     return HolderScan(holders, unreadable)
+
+
+def holders_message(holders: list[DeviceHolder]) -> str:
+    """Why a notebook refuses to start while other processes hold the device, and how to free it."""
+    listing = "; ".join(h.describe() for h in holders)
+    pids = " ".join(str(h.pid) for h in holders)
+    return (f"Another process holds the Neuron device: {listing}. {CORE_RULE} Two processes do "
+            f"not share a core: {busy_core_messages_text()}. To free it: if it is another "
+            "notebook's kernel, shut it down in JupyterLab ('Running Terminals and Kernels' in the "
+            f"left sidebar); otherwise end it (`kill {pids}`) or wait for it to finish. Then run "
+            "this cell again.")

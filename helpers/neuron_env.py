@@ -23,10 +23,10 @@ from typing import NamedTuple
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from mnist_mlp.backend import (DEV_DIR, SUPPORTED_WORKER_COUNTS, Backend, instance_type,
-                             visible_neuron_cores)
+from mnist_mlp.backend import (DEV_DIR, INFERRED_WORKER_COUNTS, SUPPORTED_WORKER_COUNTS, Backend,
+                             instance_type, visible_neuron_cores)
 from helpers.core_holders import (JUPYTER_KERNEL, NEURON_DEVICE, DeviceHolder,  # noqa: F401
-                                  HolderScan, neuron_device_holders)
+                                  HolderScan, busy_core_messages_text, neuron_device_holders)
 from mnist_mlp.paths import REPO_ROOT, repo_relative as shown_path
 
 PROC_DIR = Path("/proc")
@@ -38,11 +38,14 @@ OS_RELEASE = Path("/etc/os-release")
 # Neuron 2.31 is the last release with PyTorch/XLA training (torch-neuronx 2.9, pinned in
 # requirements-neuron.txt). Its package list gives Python 3.11-3.13 for torch-neuronx
 # 2.9.0.2.15.32035; its setup guide ("Install PyTorch via manual installation") covers Ubuntu 24.04
-# and 22.04 (end of support: no new DLAMIs or containers) and says "PyTorch 2.9 is not available on
-# Amazon Linux 2023". torch-neuronx 2.13 and later is TorchNeuron, native PyTorch for trn2/trn3.
+# and 22.04, and says "PyTorch 2.9 is not available on Amazon Linux 2023". From Neuron 2.30
+# "Ubuntu 22.04-based DLCs and DLAMIs are no longer published", while "Neuron continues to support
+# Ubuntu 22.04 at the platform level" (announce-dlc-dlami-ubuntu-24-04, docs/sources.md).
+# torch-neuronx 2.13 and later is TorchNeuron, native PyTorch for trn2/trn3.
 NEURON_PYTHONS = ((3, 11), (3, 12), (3, 13))
-NEURON_OS = {("ubuntu", "24.04"): "", ("ubuntu", "22.04"): " (end of support on Neuron: no new "
-             "DLAMIs or containers; Ubuntu 24.04 is the one to start from)"}
+NEURON_OS = {("ubuntu", "24.04"): "", ("ubuntu", "22.04"): " (Neuron still supports Ubuntu 22.04 "
+             "itself, but publishes no 22.04 DLAMIs or containers since 2.30; Ubuntu 24.04 is the "
+             "one to start from)"}
 XLA_TORCH_NEURONX = (2, 9)
 START_FROM = ("start from Ubuntu 24.04: the Neuron 2.31 'Deep Learning AMI Neuron PyTorch 2.9 "
               "(Ubuntu 24.04)', or Ubuntu Server 24.04 with the Neuron 2.31 driver and runtime "
@@ -68,10 +71,9 @@ FREE_CORES_FIX = (
     "If it is another notebook's kernel: in JupyterLab open 'Running Terminals and Kernels' "
     "(left sidebar) and shut that kernel down, or `kill <pid>`. To run two programs at once, "
     "give each its own cores before torch_xla starts, e.g. NEURON_RT_VISIBLE_CORES=0 for one "
-    "and NEURON_RT_VISIBLE_CORES=1 for the other. A busy core fails at start-up with the "
-    "runtime's 'NeuronCore(s) not available - Requested:… Available:0' (trn1) or 'Logical "
-    "Neuron Core(s) not available' (trn2). Monitors (neuron-top, neuron-ls, neuron-monitor) "
-    "hold no core and are not counted.")
+    "and NEURON_RT_VISIBLE_CORES=1 for the other. Otherwise "
+    f"{busy_core_messages_text()}. Monitors (neuron-top, neuron-ls, neuron-monitor) "
+    "hold no core and are not counted; a profiler's `capture` does.")
 
 
 SELF_HOLDS_FIX = (
@@ -273,7 +275,10 @@ def check_neuron_cores_visible(visible: int | None = None, instance: str | None 
     on = f" on {instance}" if instance else ""
     if visible > 0:
         counts = SUPPORTED_WORKER_COUNTS.get(instance or "")
-        workers = f" (torchrun worker counts: {', '.join(map(str, counts))})" if counts else ""
+        inferred = ("; inferred: the AWS MLP tutorial does not list this instance"
+                    if instance in INFERRED_WORKER_COUNTS else "")
+        workers = (f" (torchrun worker counts: {', '.join(map(str, counts))}{inferred})"
+                   if counts else "")
         return CheckResult(item, True, f"{visible} NeuronCore(s){on}{workers}", "")
     if not torch_neuronx_installed:
         return CheckResult(item, True, "none: no Trainium here, and the CPU stand-in needs none", "")

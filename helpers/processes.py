@@ -28,6 +28,16 @@ RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
 STOP_GRACE_S = 5.0
 # How many of a failing command's last lines go into the exception when there is no summary.
 ERROR_TAIL_LINES = 25
+# Variables this process set for itself alone (helpers.workbook.setup's NEURON_RT_VISIBLE_CORES
+# for the kernel): not passed on, so a script or torchrun the kernel starts asks for its own cores
+# as it would from a terminal.
+KERNEL_ONLY: set[str] = set()
+
+
+def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a started command gets: this one without KERNEL_ONLY, plus `env`."""
+    base = {k: v for k, v in os.environ.items() if k not in KERNEL_ONLY}
+    return {**base, "PYTHONUNBUFFERED": "1", **(env or {})}
 
 
 @dataclass
@@ -97,7 +107,7 @@ def start_streamed(cmd: Sequence[str], sink: queue.Queue, tag, *,
                    cwd: str | os.PathLike | None = None) -> subprocess.Popen:
     """Start `cmd` in a session of its own (as run_streaming does); a reader thread puts each
     of its output lines into sink as (tag, line), then (tag, None) when its output closes."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = child_environment(env)
     full_env["PATH"] = venv_bin_first(full_env.get("PATH"))
     proc = subprocess.Popen([os.fspath(c) for c in cmd], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
@@ -167,7 +177,7 @@ def run_streaming(cmd: Sequence[str], *, timeout: float, env: Mapping[str, str] 
     cmd = [os.fspath(c) for c in cmd]
     if timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = child_environment(env)
     full_env["PATH"] = venv_bin_first(full_env.get("PATH"))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,

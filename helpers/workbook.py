@@ -1,19 +1,108 @@
 """What the first cell of every notebook does, so that cell stays three lines long."""
+from __future__ import annotations
+
+import dataclasses
 import os
+from pathlib import Path
 
-from helpers.processes import venv_bin_first
-from mnist_mlp.backend import Backend, select_backend
+from helpers.core_holders import CORE_RULE, DeviceHolder, holders_message, neuron_device_holders
+from helpers.processes import KERNEL_ONLY, venv_bin_first
+from helpers.procfs import PROC_DIR
+from mnist_mlp.backend import (DEV_DIR, Backend, parse_core_list, select_backend,
+                               visible_neuron_cores)
+from mnist_mlp.startup import freeze_startup_objects
+
+CORES_VARIABLE = "NEURON_RT_VISIBLE_CORES"
 
 
-def setup(xla: bool = True, data: bool = True) -> Backend:
-    """Pick the backend and print which one runs; make sure MNIST is on disk and verified."""
+class NeuronCoresHeld(RuntimeError):
+    """Another process holds the Neuron device: this notebook would fail, or wait, on it."""
+
+
+def _cores(spec: str | None) -> set[int] | None:
+    """The core indices a NEURON_RT_VISIBLE_CORES value names; None: unknown, or every core."""
+    try:
+        return set(parse_core_list(spec)) if spec else None
+    except ValueError:
+        return None
+
+
+def conflicts(holder: DeviceHolder, cores: str | None) -> bool:
+    """Whether `holder` may hold cores this kernel (taking `cores`) needs. Only two declared,
+    disjoint sets of cores are known not to: a holder whose environment is unreadable or sets no
+    NEURON_RT_VISIBLE_CORES reserved every core it could see, and a kernel taking None (its
+    torchrun workers take the cores) needs them all."""
+    theirs = _cores(dict(holder.core_env or ()).get(CORES_VARIABLE))
+    ours = _cores(cores)
+    return theirs is None or ours is None or bool(theirs & ours)
+
+
+def refuse_other_holders(proc_root: Path | None = None, dev_root: Path | None = None,
+                         self_pid: int | None = None, cores: str | None = None) -> None:
+    """The one core-holder rule: no OTHER process holds /dev/neuron* cores this kernel may need
+    (`cores`: the NEURON_RT_VISIBLE_CORES it takes; monitors such as neuron-top aside). Raises
+    NeuronCoresHeld naming each holder and how to free it."""
+    scan = neuron_device_holders(PROC_DIR if proc_root is None else proc_root,
+                                 DEV_DIR if dev_root is None else dev_root, self_pid)
+    held = [h for h in scan.others if conflicts(h, cores)]
+    if held:
+        raise NeuronCoresHeld(holders_message(held))
+
+
+def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None) -> str:
+    """Give this kernel its NeuronCores before the XLA device starts; return the line to print.
+
+    On Neuron, NEURON_RT_VISIBLE_CORES becomes `neuron_cores` unless the environment already
+    sets it (then that wins, and the line says so). neuron_cores=None: this kernel takes no
+    NeuronCore (its torchrun workers take them), so nothing is set.
+    """
+    env = os.environ if env is None else env
+    if backend.name != "neuron":
+        return "NeuronCores: none here, and the stand-in needs none"
+    if neuron_cores is None:
+        return ("NeuronCores: this kernel takes none (it must not touch the XLA device); the "
+                "processes it starts take them")
+    parse_core_list(neuron_cores)  # one index or one range, as the runtime takes: else ValueError
+    already = env.get(CORES_VARIABLE)
+    if already:
+        parse_core_list(already)
+        return (f"NeuronCores: this kernel takes {already} ({CORES_VARIABLE}={already} was already "
+                f"set in its environment, so it is kept instead of {neuron_cores})")
+    env[CORES_VARIABLE] = neuron_cores
+    if env is os.environ:  # this kernel's own choice: commands it starts choose their cores
+        KERNEL_ONLY.add(CORES_VARIABLE)
+    return f"NeuronCores: this kernel takes {neuron_cores} ({CORES_VARIABLE}={neuron_cores})"
+
+
+def setup(xla: bool = True, data: bool = True, neuron_cores: str | None = "0") -> Backend:
+    """Pick the backend and print which one runs; refuse to start while another process holds
+    the Neuron device; give this kernel its NeuronCores (`neuron_cores`, "0" by default; None:
+    none, for a kernel whose torchrun workers take them); make sure MNIST is on disk and verified.
+
+    Why explicit: by default the Neuron runtime reserves every NeuronCore it can see for the
+    process that starts it, and torch-xla narrows that only for torchrun's workers
+    (helpers.core_holders.CORE_RULE, cited in docs/sources.md).
+    """
     # The kernel's own PATH too: torch-neuronx runs `neuronx-cc` by name when it compiles, and a
     # kernel started outside `make lab` may not have the venv's bin/ on PATH.
     os.environ["PATH"] = venv_bin_first(os.environ.get("PATH"))
-    backend = select_backend(xla=xla)
+    backend = select_backend(xla=xla)  # decides only: nothing has touched a device yet
+    freeze_startup_objects()  # torch has loaded, torch_xla (on the stand-in) not yet: mnist_mlp/startup.py
+    if backend.name == "neuron":  # the stand-in and plain PyTorch take no NeuronCore to fight over
+        # The cores this kernel will take: what its environment already names, else neuron_cores.
+        refuse_other_holders(cores=os.environ.get(CORES_VARIABLE) or neuron_cores)
+    cores_line = take_neuron_cores(backend, neuron_cores)
+    if backend.name == "neuron":
+        backend = dataclasses.replace(backend, neuron_cores=visible_neuron_cores())
     print(backend.summary())
+    if backend.name == "neuron":  # elsewhere the summary line already says "no NeuronCore"
+        print(cores_line)
     if data:
         from mnist_mlp.download import ensure_mnist
 
         ensure_mnist(progress=True)
     return backend
+
+
+__all__ = ["CORE_RULE", "NeuronCoresHeld", "conflicts", "refuse_other_holders", "setup",
+           "take_neuron_cores"]

@@ -30,6 +30,8 @@ SUPPORTED_WORKER_COUNTS = {
     "trn2.3xlarge": (1, 4),
     "trn2.48xlarge": (1, 4, 16, 64),
 }
+# The rows above the tutorial does not list: inferred as said there, to be printed as such.
+INFERRED_WORKER_COUNTS = frozenset({"trn1n.32xlarge", "trn2.3xlarge"})
 # A Trainium2/Trainium3 device has 8 physical NeuronCores (the driver's core_count); the runtime
 # groups them into logical ones, 2 each by default (NEURON_LOGICAL_NC_CONFIG=1 or 2: Neuron docs,
 # "Logical NeuronCore configuration"). NEURON_RT_VISIBLE_CORES, neuron-ls and torchrun count

@@ -8,29 +8,14 @@ import pytest
 
 from mnist_mlp.backend import Backend
 from helpers.checklist import FAIL_COLOUR, OK_COLOUR, Checklist
-from mnist_mlp.download import IDX_MD5, default_data_dir
+from mnist_mlp.mnist_files import IDX_MD5, default_data_dir
 from helpers.neuron_env import (FREE_CORES_FIX, CheckResult, DeviceHolder, check_backend,
                                 check_compile_cache, check_mnist, check_neuron_cores_free,
                                 check_neuron_cores_visible, check_pins, check_platform,
                                 check_neuron_tools, check_tools_on_path, check_torchrun, neuron_device_holders,
                                 read_os_release, shown_path)
 from mnist_mlp.paths import REPO_ROOT
-
-KERNEL_CMDLINE = ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f",
-                  "/root/.local/share/jupyter/runtime/kernel-1a2b3c.json"]
-
-
-def fake_process(proc: Path, pid: int, cmdline: list[str], fd_targets: dict[int, Path],
-                 environ: dict[str, str] | None = None) -> None:
-    """<proc>/<pid>/cmdline, environ and fd/<n> -> target links, as the kernel lays them out."""
-    fd_dir = proc / str(pid) / "fd"
-    fd_dir.mkdir(parents=True)
-    (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in cmdline) + b"\0")
-    if environ is not None:
-        (proc / str(pid) / "environ").write_bytes(
-            b"".join(f"{k}={v}".encode() + b"\0" for k, v in environ.items()))
-    for fd, target in fd_targets.items():
-        (fd_dir / str(fd)).symlink_to(target)
+from tests.proc_trees import KERNEL_CMDLINE, fake_process
 
 
 @pytest.fixture
@@ -100,6 +85,27 @@ def test_monitors_hold_no_core(tmp_path):
     result = check_neuron_cores_free(proc, dev, self_pid=1, allow_self=False)
     assert result.ok, result
     assert "pid 10 neuron-monitor" in result.message and "pid 11 neuron-top" in result.message
+
+
+def test_a_profiler_capture_holds_cores_and_its_view_does_not(tmp_path):
+    """`neuron-profile capture` / `neuron-explorer capture` execute a NEFF on the device
+    ("standalone NEFF profiling", Neuron Explorer migration FAQ): holders, not monitors."""
+    dev, proc = tmp_path / "dev", tmp_path / "proc"
+    dev.mkdir()
+    (dev / "neuron0").touch()
+    fake_process(proc, 30, ["/opt/aws/neuron/bin/neuron-profile", "capture", "-n", "file.neff",
+                            "-s", "profile.ntff"], {5: dev / "neuron0"},
+                 {"NEURON_RT_VISIBLE_CORES": "1"})
+    fake_process(proc, 31, ["neuron-explorer", "--verbose", "capture", "-n", "f.neff"],
+                 {5: dev / "neuron0"}, {})
+    fake_process(proc, 32, ["/opt/aws/neuron/bin/neuron-explorer", "view", "-d", "out"],
+                 {6: dev / "neuron0"})
+    scan = neuron_device_holders(proc, dev, self_pid=1)
+    assert [h.pid for h in scan.others] == [30, 31]
+    assert [h.pid for h in scan.monitors] == [32]
+    assert scan.others[0].cores == "NEURON_RT_VISIBLE_CORES=1"
+    result = check_neuron_cores_free(proc, dev, self_pid=1)
+    assert not result.ok and "pid 30" in result.message and "neuron-profile capture" in result.message
 
 
 def test_cores_held_only_by_this_process_is_green(machine):
@@ -194,6 +200,8 @@ def test_the_repo_pins_hold_in_this_venv():
     (2, "trn1.2xlarge", True, True, "2 NeuronCore(s) on trn1.2xlarge (torchrun worker counts: 1, 2)"),
     (0, None, False, True, "the CPU stand-in needs none"),
     (0, "trn1.2xlarge", True, False, "no NeuronCore is visible on trn1.2xlarge"),
+    (4, "trn2.3xlarge", True, True,
+     "(torchrun worker counts: 1, 4; inferred: the AWS MLP tutorial does not list this instance)"),
 ])
 def test_neuron_cores_visible(visible, instance, neuronx, ok, text):
     result = check_neuron_cores_visible(visible, instance, neuronx)
@@ -355,9 +363,11 @@ def test_platform_ubuntu_24_04_with_the_pinned_torch_neuronx_is_green(os_release
     assert result.message == f"Ubuntu 24.04.1 LTS, Python 3.12, torch-neuronx {NEURON_2_31}"
 
 
-def test_platform_ubuntu_22_04_is_green_with_its_end_of_support_said(os_release):
+def test_platform_ubuntu_22_04_is_green_with_what_ended_said(os_release):
+    # What ended is the 22.04 DLAMIs and containers, not Neuron's support of the OS.
     result = check_platform(os_release("ubuntu-22.04"), (3, 13), NEURON_2_31, neuron_host=True)
-    assert result.ok and "end of support" in result.message and "Ubuntu 24.04" in result.message
+    assert result.ok and "no 22.04 DLAMIs or containers" in result.message
+    assert "still supports Ubuntu 22.04" in result.message and "Ubuntu 24.04" in result.message
 
 
 @pytest.mark.parametrize("system, complaint", [

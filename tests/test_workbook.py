@@ -1,0 +1,200 @@
+"""helpers.workbook.setup(): the core-holder rule and the NeuronCores a notebook kernel takes,
+against /proc and /dev trees laid out as the kernel lays them out, with the backend choice
+replaced (no NeuronCore exists here)."""
+import os
+import sys
+
+import pytest
+
+import helpers.workbook as workbook
+from helpers.core_holders import BUSY_CORE_MESSAGES, CORE_RULE
+from helpers.workbook import NeuronCoresHeld, refuse_other_holders, setup, take_neuron_cores
+from mnist_mlp.backend import Backend, parse_core_list
+from tests.proc_trees import KERNEL_CMDLINE, fake_process
+
+CORES_AT_START = os.environ.get("NEURON_RT_VISIBLE_CORES")
+
+
+def backend(name="neuron", cores=2):
+    return Backend(name, "chosen by the test", "2.9.0", "2.9.0",
+                   "2.9.0.2.15.32035" if name == "neuron" else None, cores)
+
+
+@pytest.fixture
+def machine(tmp_path):
+    dev, proc = tmp_path / "dev", tmp_path / "proc"
+    dev.mkdir()
+    for name in ("neuron0", "null"):
+        (dev / name).touch()
+    proc.mkdir()
+    return proc, dev
+
+
+def test_neuron_kernel_takes_core_0_by_default():
+    env = {}
+    line = take_neuron_cores(backend(), "0", env)
+    assert env == {"NEURON_RT_VISIBLE_CORES": "0"}
+    assert line == "NeuronCores: this kernel takes 0 (NEURON_RT_VISIBLE_CORES=0)"
+
+
+def test_cores_already_set_in_the_environment_are_kept_and_said():
+    env = {"NEURON_RT_VISIBLE_CORES": "1"}
+    line = take_neuron_cores(backend(), "0", env)
+    assert env["NEURON_RT_VISIBLE_CORES"] == "1"
+    assert "takes 1" in line and "already set" in line and "instead of 0" in line
+
+
+def test_a_kernel_whose_workers_take_the_cores_takes_none():
+    env = {}
+    line = take_neuron_cores(backend(), None, env)
+    assert env == {} and "takes none" in line
+
+
+def test_a_core_list_the_runtime_would_refuse_is_refused_first():
+    with pytest.raises(ValueError, match="one core index or one range"):
+        take_neuron_cores(backend(), "0,1", {})
+
+
+def test_the_stand_in_sets_nothing():
+    env = {}
+    assert "the stand-in needs none" in take_neuron_cores(backend("xla-cpu", 0), "0", env)
+    assert env == {}
+
+
+def test_another_kernel_holding_the_device_is_refused_with_its_name_cores_and_the_fix(machine):
+    proc, dev = machine
+    fake_process(proc, 4242, KERNEL_CMDLINE, {7: dev / "neuron0"}, {"NEURON_RT_VISIBLE_CORES": "1"})
+    fake_process(proc, 99, KERNEL_CMDLINE, {7: dev / "neuron0"})  # this kernel itself
+    with pytest.raises(NeuronCoresHeld) as err:
+        refuse_other_holders(proc, dev, self_pid=99)
+    text = str(err.value)
+    assert "pid 4242, a Jupyter kernel" in text and "NEURON_RT_VISIBLE_CORES=1" in text
+    assert "pid 99" not in text
+    assert "Running Terminals and Kernels" in text and "`kill 4242`" in text
+    assert BUSY_CORE_MESSAGES[0].text in text and CORE_RULE in text
+
+
+def test_a_holder_on_other_declared_cores_does_not_count(machine):
+    """Two JupyterLabs started with NEURON_RT_VISIBLE_CORES=0 and =1: each kernel's environment
+    says which core its runtime took, so neither blocks the other; undeclared cores block."""
+    proc, dev = machine
+    fake_process(proc, 500, KERNEL_CMDLINE, {7: dev / "neuron0"}, {"NEURON_RT_VISIBLE_CORES": "1"})
+    refuse_other_holders(proc, dev, self_pid=99, cores="0")  # raises nothing
+    for ours in ("1", "0-1", None):  # the same core, a range over it, or every core (torchrun)
+        with pytest.raises(NeuronCoresHeld, match="pid 500"):
+            refuse_other_holders(proc, dev, self_pid=99, cores=ours)
+    fake_process(proc, 501, ["python", "train.py"], {3: dev / "neuron0"}, {})  # no variable: all
+    with pytest.raises(NeuronCoresHeld, match="pid 501"):
+        refuse_other_holders(proc, dev, self_pid=99, cores="0")
+
+
+def test_monitors_and_this_process_do_not_count(machine):
+    proc, dev = machine
+    fake_process(proc, 10, ["/opt/aws/neuron/bin/neuron-top"], {3: dev / "neuron0"})
+    fake_process(proc, 99, KERNEL_CMDLINE, {7: dev / "neuron0"})
+    refuse_other_holders(proc, dev, self_pid=99)  # raises nothing
+
+
+def unset_cores(monkeypatch):
+    """No NEURON_RT_VISIBLE_CORES now, and whatever setup() sets is undone after the test
+    (a delenv of an absent variable records nothing to undo, a setenv does)."""
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "")
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES")
+
+
+@pytest.fixture
+def neuron_setup(machine, monkeypatch):
+    """setup() as on a trn1: the backend choice says Neuron, /proc and /dev are the fake ones,
+    the cores visible follow NEURON_RT_VISIBLE_CORES (2 without it)."""
+    proc, dev = machine
+    monkeypatch.setattr(workbook, "PROC_DIR", proc)
+    monkeypatch.setattr(workbook, "DEV_DIR", dev)
+    monkeypatch.setattr(workbook, "select_backend", lambda xla=True: backend())
+    monkeypatch.setattr(workbook, "visible_neuron_cores", lambda: len(
+        parse_core_list(os.environ.get("NEURON_RT_VISIBLE_CORES", "0-1"))))
+    unset_cores(monkeypatch)
+    return proc, dev
+
+
+def test_setup_on_neuron_takes_one_core_and_says_so(neuron_setup, capsys):
+    b = setup(data=False)
+    assert os.environ["NEURON_RT_VISIBLE_CORES"] == "0" and b.neuron_cores == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Backend: Neuron") and "NeuronCores visible: 1" in out[0]
+    assert out[1] == "NeuronCores: this kernel takes 0 (NEURON_RT_VISIBLE_CORES=0)"
+
+
+def test_setup_for_a_torchrun_notebook_leaves_every_core_to_the_workers(neuron_setup, capsys):
+    b = setup(data=False, neuron_cores=None)
+    assert "NEURON_RT_VISIBLE_CORES" not in os.environ and b.neuron_cores == 2
+    assert "this kernel takes none" in capsys.readouterr().out
+
+
+def test_setup_refuses_while_another_kernel_holds_the_device(neuron_setup):
+    proc, dev = neuron_setup
+    fake_process(proc, 4242, KERNEL_CMDLINE, {7: dev / "neuron0"}, {})
+    with pytest.raises(NeuronCoresHeld, match="pid 4242"):
+        setup(data=False)
+    assert "NEURON_RT_VISIBLE_CORES" not in os.environ  # refused before taking anything
+
+
+def test_setup_on_the_stand_in_prints_only_the_summary(machine, monkeypatch, capsys):
+    proc, dev = machine
+    monkeypatch.setattr(workbook, "PROC_DIR", proc)
+    monkeypatch.setattr(workbook, "DEV_DIR", dev)
+    monkeypatch.setattr(workbook, "select_backend", lambda xla=True: backend("xla-cpu", 0))
+    unset_cores(monkeypatch)
+    # PJRT_DEVICE=CPU on a Trainium host: a holder of the device is no concern of the stand-in.
+    fake_process(proc, 4242, KERNEL_CMDLINE, {7: dev / "neuron0"}, {})
+    setup(data=False)
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and "no NeuronCore" in out[0]
+    assert os.environ.get("NEURON_RT_VISIBLE_CORES") == CORES_AT_START
+
+
+def test_the_instructor_pages_quote_the_one_busy_core_message_set():
+    """The busy-core messages are defined once (helpers.core_holders) and quoted, each with a
+    source, on the instructor's pages; no page quotes a message no source shows."""
+    from mnist_mlp.paths import REPO_ROOT
+
+    pages = {name: " ".join((REPO_ROOT / name).read_text().split())
+             for name in ("notebooks/README.md", "docs/instructor.md")}
+    for message in BUSY_CORE_MESSAGES:
+        assert message.text in pages["docs/instructor.md"], message.text
+        assert message.source in pages["docs/instructor.md"] or not message.source
+    for message in (BUSY_CORE_MESSAGES[0], BUSY_CORE_MESSAGES[2]):
+        assert message.text in pages["notebooks/README.md"], message.text
+    for text in pages.values():
+        assert "Failed to acquire" not in text
+
+
+def test_commands_the_kernel_starts_do_not_inherit_its_core(neuron_setup, monkeypatch):
+    """setup() pins the kernel to core 0; a script or torchrun it starts must not inherit that
+    (torchrun's workers would be remapped inside core 0), while a user's own setting passes on."""
+    from helpers import processes
+
+    monkeypatch.setattr(processes, "KERNEL_ONLY", set())
+    monkeypatch.setattr(workbook, "KERNEL_ONLY", processes.KERNEL_ONLY)
+    setup(data=False)
+    assert os.environ["NEURON_RT_VISIBLE_CORES"] == "0"
+    run = processes.run_streaming(
+        [sys.executable, "-c", "import os; print(os.environ.get('NEURON_RT_VISIBLE_CORES'))"],
+        timeout=60)
+    assert run.lines[-1] == "None"
+    assert processes.child_environment({"NEURON_RT_VISIBLE_CORES": "1"})[
+        "NEURON_RT_VISIBLE_CORES"] == "1"  # asked for explicitly: passed on
+
+
+def test_a_users_core_setting_passes_on_to_commands(neuron_setup, monkeypatch):
+    from helpers import processes
+
+    monkeypatch.setattr(processes, "KERNEL_ONLY", set())
+    monkeypatch.setattr(workbook, "KERNEL_ONLY", processes.KERNEL_ONLY)
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "1")
+    setup(data=False)
+    assert processes.child_environment()["NEURON_RT_VISIBLE_CORES"] == "1"
+
+
+def test_setup_leaves_no_core_setting_behind_for_other_tests():
+    # Runs after the setup() tests above (pytest keeps file order): their fixtures undid it.
+    assert os.environ.get("NEURON_RT_VISIBLE_CORES") == CORES_AT_START
