@@ -74,7 +74,7 @@ test-quick: data
 	$(PY) -m pytest -m "not e2e" -n 2 -q --durations=5 $(PYTEST_ARGS) tests
 
 bench: data
-	$(PY) mnist_mlp/bench.py
+	$(PY) benchmarks/bench.py
 
 # Executes the notebooks in place, in order (later ones read results earlier ones wrote), then
 # every exercise solution, and writes the graphs they compiled (fingerprints of their HLO) into

@@ -25,7 +25,6 @@ DOCS = {
 }
 # Read when the graphs are compiled: layer names and source lines in the profile.
 COMPILE_DEBUG_ENV = {"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"}
-UI_PORTS = (3001, 3002)  # `neuron-explorer view`: the web UI and its API, both to forward
 
 
 def capture_env(output_dir) -> dict[str, str]:

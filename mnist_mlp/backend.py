@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mnist_mlp.startup import freeze_startup_objects
+
 NEURON_SYSFS = Path("/sys/devices/virtual/neuron_device")
 DEV_DIR = Path("/dev")
 DMI_PRODUCT_NAME = Path("/sys/devices/virtual/dmi/id/product_name")

@@ -9,14 +9,12 @@ import sys
 from pathlib import Path
 
 from mnist_mlp import checkpoint
-from mnist_mlp.download import MnistDataError, default_data_dir
+from mnist_mlp.errors import UsageError
+from mnist_mlp.mnist_files import MnistDataError, default_data_dir
 from mnist_mlp.observe import PROFILE_START_STEP
 from mnist_mlp.paths import default_checkpoint_dir
+from mnist_mlp.startup import freeze_startup_objects
 from mnist_mlp.tracking import TrainingDiverged
-
-
-class UsageError(ValueError):
-    """Flags that cannot give a useful run; the message says what to change."""
 
 
 # Failures that end a script with their message (exit 1), not a traceback.
@@ -90,10 +88,12 @@ def parse_args(description: str, argv=None, *, device_loader: bool = False,
 
 
 def one_line_errors(main):
-    """Decorate a script's main(): a known failure prints `error: <what to do>` and exits 1
+    """Decorate a script's main(): it starts with the process's start-up call
+    (freeze_startup_objects), and a known failure prints `error: <what to do>` and exits 1
     instead of a traceback."""
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
+        freeze_startup_objects()
         try:
             return main(*args, **kwargs)
         except KNOWN_FAILURES as error:

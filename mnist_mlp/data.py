@@ -11,8 +11,9 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from mnist_mlp.cli import UsageError
-from mnist_mlp.download import MnistDataError, ensure_mnist, raw_dir, resolve_data_dir
+from mnist_mlp.download import ensure_mnist
+from mnist_mlp.errors import UsageError
+from mnist_mlp.mnist_files import MnistDataError, raw_dir, resolve_data_dir
 
 
 # --------------------------------------------------------------------------- sharding
@@ -273,7 +274,7 @@ def mnist_loaders(args, *, rank: int = 0, world_size: int = 1, drop_last: bool =
     if len(train) == 0:
         share = "the training set" if world_size == 1 else f"each of {world_size} workers' share"
         raise UsageError(
-            f"--batch-size {args.batch_size} leaves no whole batch in {share} (60,000 images"
+            f"--batch-size {args.batch_size} leaves no whole batch in {share} ({TRAIN_IMAGES:,} images"
             f"{f' / {world_size}' if world_size > 1 else ''}): this run would train 0 steps. "
             f"Use a smaller --batch-size.")
     n = train.dataset_size if isinstance(train, FastMnistLoader) else len(train.dataset)

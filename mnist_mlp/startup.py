@@ -1,4 +1,5 @@
-"""What a workbook process does once at its start, as an explicit call: each stage script's main()
+"""What a workbook process does once at its start, as an explicit call: the XLA stage scripts'
+first line (backend.select_xla_backend, before torch_xla loads), every stage script's main()
 (through cli.one_line_errors) and the notebooks' first cell (helpers.workbook.setup) make it.
 Importing this module changes nothing."""
 import atexit

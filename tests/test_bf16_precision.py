@@ -6,7 +6,9 @@ from mnist_mlp.model import MLP
 from mnist_mlp.precision import (FP32MasterSGD, StochasticRoundingSGD, cast_inputs_to,
                                  deprecated_bf16_env_error, describe, parameter_bytes,
                                  stochastic_round_to_bf16, with_auto_cast_none)
-from tests.xla_stand_in import DEVICE
+from tests.xla_stand_in import stand_in_device
+
+DEVICE = stand_in_device()  # at collection: tests/xla_stand_in.py says why
 
 STEP_AT_1 = 2.0 ** -7  # BF16's spacing in [1, 2); 2**-8 in [0.5, 1)
 

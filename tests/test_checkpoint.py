@@ -28,7 +28,9 @@ from mnist_mlp.checkpoint import (
     writable_dir_problem,
 )
 from tests.paths import REPO_ROOT
-from tests.xla_stand_in import DEVICE
+from tests.xla_stand_in import stand_in_device
+
+DEVICE = stand_in_device()  # at collection: tests/xla_stand_in.py says why
 
 
 @contextlib.contextmanager

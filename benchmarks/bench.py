@@ -1,4 +1,5 @@
 """make bench: how fast each way of feeding the training loop runs, side by side, in one process.
+A developer's benchmark: it lives outside the runtime package mnist_mlp, which it measures.
 
 CPU stage (train_cpu.train, one epoch each, batch 32):
   torchvision  MNIST + ToTensor + DataLoader (the AWS sample's path, the baseline)
@@ -21,15 +22,16 @@ from pathlib import Path
 
 import torch
 
-from mnist_mlp.cli import one_line_errors
-from mnist_mlp.download import ensure_mnist
-from mnist_mlp.data import make_loader
-from mnist_mlp import train as xla_stage  # first: picks the XLA backend before any backward pass
 from mnist_mlp import train_cpu
-from mnist_mlp.tracking import StepTracker
+from mnist_mlp.backend import select_xla_backend
+from mnist_mlp.cli import one_line_errors
+from mnist_mlp.data import make_loader
+from mnist_mlp.download import ensure_mnist
 from mnist_mlp.model import MLP
+from mnist_mlp.paths import REPO_ROOT
 from mnist_mlp.precision import PRECISIONS
 from mnist_mlp.results import RunResults, results_path
+from mnist_mlp.tracking import StepTracker
 
 TARGET_FAST_VS_TORCHVISION = 3.5
 TARGET_FAST_VS_BARE = 0.90
@@ -44,8 +46,8 @@ def cpu_throughput(loader, epochs: int, seed: int = 0) -> float:
     return tracker.throughput
 
 
-def xla_throughput(root, device, steps: int, device_loader: bool):
-    """(it/s, graphs compiled during the run) of train.train on the XLA device."""
+def xla_throughput(xla_stage, root, device, steps: int, device_loader: bool):
+    """(it/s, graphs compiled during the run) of `xla_stage.train` (mnist_mlp.train) on the XLA device."""
     import torch_xla.debug.metrics as met
     import torch_xla.distributed.parallel_loader as pl
 
@@ -59,14 +61,14 @@ def xla_throughput(root, device, steps: int, device_loader: bool):
     tracker = StepTracker(steps, xla=True, progress=False)
     xla_stage.train(model, optimizer, loader, device, epochs=10**6, tracker=tracker,
                     sync_each_step=not device_loader)
-    return tracker.throughput, (met.counter_value("UncachedCompile") or 0) - before, xla_stage.backend
+    return tracker.throughput, (met.counter_value("UncachedCompile") or 0) - before
 
 
 def bf16_throughputs(root, steps: int, rounds: int) -> dict[str, list[float]]:
     """it/s of train_bf16.py in each --precision mode, `rounds` interleaved runs of `steps` steps.
     Each mode runs as its own process, as the script is meant to: the Neuron runtime and
     compiler read the mode's settings when a process starts."""
-    script = Path(__file__).with_name("train_bf16.py")
+    script = REPO_ROOT / "mnist_mlp" / "train_bf16.py"
     runs: dict[str, list[float]] = {precision: [] for precision in PRECISIONS}
     with tempfile.TemporaryDirectory(prefix="bench-bf16-") as scratch:
         for r in range(rounds):
@@ -95,9 +97,13 @@ def main(argv=None):
     p.add_argument("--bf16-rounds", type=int, default=2, help="0 skips the BF16 stage")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # a batch-32 MLP gains nothing from threads; steadier numbers
-    # Start the XLA device before any CPU backward pass: autograd sizes its per-device queues
-    # at the first backward, and a device that appears later fails its own backward.
-    xla_device = xla_stage.backend.device
+    # The XLA backend first: chosen before torch_xla loads (it reads PJRT_DEVICE when its runtime
+    # starts), and its device started before any CPU backward pass: autograd sizes its
+    # per-device queues at the first backward, and a device that appears later fails its own.
+    backend = select_xla_backend()
+    xla_device = backend.device
+    from mnist_mlp import train as xla_stage  # its train(); the script re-selects the same backend
+
     root = ensure_mnist(args.data_dir, progress=False)
 
     fast = make_loader("fast", root, train=True, batch_size=32, seed=0)
@@ -112,8 +118,8 @@ def main(argv=None):
               flush=True)
     best = {k: max(v) for k, v in runs.items()}
 
-    sync_its, sync_graphs, backend = xla_throughput(root, xla_device, args.xla_steps, device_loader=False)
-    mpdl_its, mpdl_graphs, _ = xla_throughput(root, xla_device, args.xla_steps, device_loader=True)
+    sync_its, sync_graphs = xla_throughput(xla_stage, root, xla_device, args.xla_steps, device_loader=False)
+    mpdl_its, mpdl_graphs = xla_throughput(xla_stage, root, xla_device, args.xla_steps, device_loader=True)
 
     bf16_runs = bf16_throughputs(root, args.bf16_steps, args.bf16_rounds) if args.bf16_rounds else {}
 
