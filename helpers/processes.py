@@ -28,15 +28,17 @@ RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
 STOP_GRACE_S = 5.0
 # How many of a failing command's last lines go into the exception when there is no summary.
 ERROR_TAIL_LINES = 25
-# Variables this process set for itself alone (helpers.workbook.setup's NEURON_RT_VISIBLE_CORES
-# for the kernel): not passed on, so a script or torchrun the kernel starts asks for its own cores
-# as it would from a terminal.
-KERNEL_ONLY: set[str] = set()
+# Variables this process set for itself alone, and what a command it starts gets instead (None:
+# left unset). helpers.workbook.setup pins the kernel to NEURON_RT_VISIBLE_CORES=0; a script the
+# kernel starts gets the cores the kernel left (1 on a trn1.2xlarge), since the runtime would
+# refuse it core 0 while the kernel lives.
+KERNEL_ONLY: dict[str, str | None] = {}
 
 
 def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a started command gets: this one without KERNEL_ONLY, plus `env`."""
+    """The environment a started command gets: this one with KERNEL_ONLY's replacements, plus `env`."""
     base = {k: v for k, v in os.environ.items() if k not in KERNEL_ONLY}
+    base.update({k: v for k, v in KERNEL_ONLY.items() if v is not None})
     return {**base, "PYTHONUNBUFFERED": "1", **(env or {})}
 
 

@@ -49,6 +49,15 @@ def refuse_other_holders(proc_root: Path | None = None, dev_root: Path | None = 
         raise NeuronCoresHeld(holders_message(held))
 
 
+def remaining_cores(taken: str, total: int) -> str | None:
+    """The cores of `total` that `taken` leaves, as NEURON_RT_VISIBLE_CORES names them (one index
+    or one range); None when none are left or they are not one range."""
+    rest = sorted(set(range(total)) - set(parse_core_list(taken)))
+    if not rest or rest != list(range(rest[0], rest[-1] + 1)):
+        return None
+    return str(rest[0]) if len(rest) == 1 else f"{rest[0]}-{rest[-1]}"
+
+
 def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None) -> str:
     """Give this kernel its NeuronCores before the XLA device starts; return the line to print.
 
@@ -69,8 +78,8 @@ def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None) -> s
         return (f"NeuronCores: this kernel takes {already} ({CORES_VARIABLE}={already} was already "
                 f"set in its environment, so it is kept instead of {neuron_cores})")
     env[CORES_VARIABLE] = neuron_cores
-    if env is os.environ:  # this kernel's own choice: commands it starts choose their cores
-        KERNEL_ONLY.add(CORES_VARIABLE)
+    if env is os.environ:  # this kernel's own choice: commands it starts get the cores it left
+        KERNEL_ONLY[CORES_VARIABLE] = remaining_cores(neuron_cores, backend.neuron_cores)
     return f"NeuronCores: this kernel takes {neuron_cores} ({CORES_VARIABLE}={neuron_cores})"
 
 

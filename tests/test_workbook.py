@@ -8,7 +8,8 @@ import pytest
 
 import helpers.workbook as workbook
 from helpers.core_holders import BUSY_CORE_MESSAGES, CORE_RULE
-from helpers.workbook import NeuronCoresHeld, refuse_other_holders, setup, take_neuron_cores
+from helpers.workbook import (NeuronCoresHeld, refuse_other_holders, remaining_cores, setup,
+                              take_neuron_cores)
 from mnist_mlp.backend import Backend, parse_core_list
 from tests.proc_trees import KERNEL_CMDLINE, fake_process
 
@@ -53,6 +54,12 @@ def test_a_kernel_whose_workers_take_the_cores_takes_none():
 def test_a_core_list_the_runtime_would_refuse_is_refused_first():
     with pytest.raises(ValueError, match="one core index or one range"):
         take_neuron_cores(backend(), "0,1", {})
+
+
+def test_the_cores_a_kernel_leaves_are_one_range_or_none():
+    assert [remaining_cores(taken, total) for taken, total in (
+        ("0", 2), ("0", 32), ("1", 2), ("0-1", 2), ("1", 3), ("0", 1))] == [
+        "1", "1-31", "0", None, None, None]
 
 
 def test_the_stand_in_sets_nothing():
@@ -168,19 +175,20 @@ def test_the_instructor_pages_quote_the_one_busy_core_message_set():
         assert "Failed to acquire" not in text
 
 
-def test_commands_the_kernel_starts_do_not_inherit_its_core(neuron_setup, monkeypatch):
-    """setup() pins the kernel to core 0; a script or torchrun it starts must not inherit that
-    (torchrun's workers would be remapped inside core 0), while a user's own setting passes on."""
+def test_commands_the_kernel_starts_get_the_cores_it_left(neuron_setup, monkeypatch):
+    """setup() pins the kernel to core 0; a script it starts must not inherit that (the runtime
+    refuses it core 0 while the kernel lives): it gets the cores the kernel left, while a
+    user's own setting passes on."""
     from helpers import processes
 
-    monkeypatch.setattr(processes, "KERNEL_ONLY", set())
+    monkeypatch.setattr(processes, "KERNEL_ONLY", {})
     monkeypatch.setattr(workbook, "KERNEL_ONLY", processes.KERNEL_ONLY)
     setup(data=False)
     assert os.environ["NEURON_RT_VISIBLE_CORES"] == "0"
     run = processes.run_streaming(
         [sys.executable, "-c", "import os; print(os.environ.get('NEURON_RT_VISIBLE_CORES'))"],
         timeout=60)
-    assert run.lines[-1] == "None"
+    assert run.lines[-1] == "1"  # backend() sees 2 cores: the kernel took 0
     assert processes.child_environment({"NEURON_RT_VISIBLE_CORES": "1"})[
         "NEURON_RT_VISIBLE_CORES"] == "1"  # asked for explicitly: passed on
 
@@ -188,7 +196,7 @@ def test_commands_the_kernel_starts_do_not_inherit_its_core(neuron_setup, monkey
 def test_a_users_core_setting_passes_on_to_commands(neuron_setup, monkeypatch):
     from helpers import processes
 
-    monkeypatch.setattr(processes, "KERNEL_ONLY", set())
+    monkeypatch.setattr(processes, "KERNEL_ONLY", {})
     monkeypatch.setattr(workbook, "KERNEL_ONLY", processes.KERNEL_ONLY)
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "1")
     setup(data=False)
