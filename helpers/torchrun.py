@@ -185,14 +185,19 @@ def missing_node_message(lines: Sequence[str], node_rank: int, nnodes: int) -> s
         waited_ms, addr, port = int(m.group(1)), m.group(2), m.group(3)
         return (f"Node {node_rank} stopped: node 0, which hosts the rendezvous at {addr}:{port}, "
                 f"never answered ({waited_ms / 1000:g} s per attempt). Start node 0 "
-                f"(--node_rank=0) first; check that --master_addr is node 0's private IP and "
-                f"that the security group lets the nodes reach each other on port {port}.")
+                f"(--node_rank=0) within the rendezvous timeout (either node may start first); "
+                f"check that --master_addr is node 0's private IP and that the security group "
+                f"lets the nodes reach each other on port {port}.")
     return None
 
 
 def side_by_side(column: int, line: str, width: int = 64, columns: int = 2) -> str:
-    """One node's output line placed in its column (node 0 left, node 1 right), wrapped."""
-    chunks = [line[i:i + width] for i in range(0, len(line), width)] or [""]
+    """One node's output line placed in its column (node 0 left, node 1 right), wrapped between
+    words (a word longer than the column overflows it rather than being cut)."""
+    import textwrap
+
+    chunks = textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False,
+                           drop_whitespace=True) or [""]
     rows = []
     for chunk in chunks:
         cells = [" " * width] * columns
@@ -220,10 +225,16 @@ def run_nodes(script: str | os.PathLike, script_args: Sequence[str] = (), *,
               node_ranks: Sequence[int] = (0, 1), nnodes: int = 2, nproc_per_node: int = 1,
               timeout: float, rdzv_timeout: int = 120, master_port: int | None = None,
               env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
-              on_line: Callable[[str], object] = print, width: int = 64) -> dict[int, RunResult]:
+              on_line: Callable[[str], object] = print, width: int = 64,
+              first: int | None = None, head_start: float = 5.0) -> dict[int, RunResult]:
     """Run `nnodes` torchrun "nodes" on this machine (loopback), those of node_ranks here: node 0
     first, the next once node 0's rendezvous port listens. Their lines are shown side by side,
     one column per node. Returns each node's RunResult.
+
+    first=1 starts node 1 first (default: the lowest of node_ranks) and node 0 `head_start`
+    seconds later: torchrun's static
+    rendezvous makes node 1 retry its connection to node 0's store until the rendezvous timeout,
+    so the order does not matter as long as node 0 comes within it.
 
     A node that fails stops the others at once and raises CommandFailed naming the node (a
     node that never came is named as missing); past `timeout` every node is stopped and
@@ -240,6 +251,9 @@ def run_nodes(script: str | os.PathLike, script_args: Sequence[str] = (), *,
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
     if sorted(set(node_ranks)) != sorted(node_ranks) or not node_ranks:
         raise ValueError(f"node_ranks must be distinct ranks of 0..{nnodes - 1}, got {node_ranks!r}")
+    first = min(node_ranks) if first is None else first
+    if first not in node_ranks:
+        raise ValueError(f"first must be one of node_ranks {tuple(node_ranks)}, got {first!r}")
     port = master_port or free_port()
     argvs = {rank: torchrun_argv(script, script_args, nproc_per_node=nproc_per_node,
                                  nnodes=nnodes, node_rank=rank, master_addr=LOOPBACK,
@@ -273,13 +287,19 @@ def run_nodes(script: str | os.PathLike, script_args: Sequence[str] = (), *,
             if proc.poll() is None:
                 stop_process_tree(proc)
 
+    order = [first, *(rank for rank in sorted(argvs) if rank != first)]
     try:
-        for rank, argv in argvs.items():
-            procs[rank] = start_streamed(argv, sink, rank, env=run_env, cwd=cwd)
-            if rank == 0 and len(argvs) > 1:  # the AWS MLP tutorial: start node 0 first
+        for rank in order:
+            procs[rank] = start_streamed(argvs[rank], sink, rank, env=run_env, cwd=cwd)
+            if rank == order[-1]:
+                break
+            if rank == 0:  # the next node finds node 0's store listening at once
                 _wait_listening(LOOPBACK, port, procs[0],
                                 min(NODE0_LISTEN_TIMEOUT_S, deadline - time.monotonic()))
-                drain()
+            else:  # a real head start: this node retries its connection to node 0 meanwhile
+                on_line(f"node {rank} started first; the next node starts in {head_start:g} s")
+                time.sleep(head_start)
+            drain()
         open_streams = set(argvs)
         while open_streams:
             remaining = deadline - time.monotonic()

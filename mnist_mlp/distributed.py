@@ -70,19 +70,10 @@ class DataParallel:
     rank: int
     world_size: int
     group: object  # a gloo process group over every worker
-    reduce_over_gloo: bool  # False: xm.optimizer_step reduces (Neuron); True: the stand-in's gloo
+    # False: xm.optimizer_step reduces (Neuron). True: the CPU stand-in, whose XLA runtime sees
+    # world size 1 per process; train_torchrun.py then averages over gloo (average_gradients).
+    reduce_over_gloo: bool
     samples_per_epoch: int | None = field(default=None)  # this rank's shard, once loaded
-
-    def optimizer_step(self, optimizer) -> None:
-        """All-reduce (average) the gradients across workers, then step: xm.optimizer_step on
-        Neuron; over gloo on the CPU stand-in, whose XLA runtime cannot reduce across processes."""
-        if self.reduce_over_gloo:
-            average_gradients((p for g in optimizer.param_groups for p in g["params"]), self.group)
-            optimizer.step()
-        else:
-            import torch_xla.core.xla_model as xm
-
-            xm.optimizer_step(optimizer)
 
     def barrier(self) -> None:
         dist.barrier(group=self.group)

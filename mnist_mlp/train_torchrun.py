@@ -11,13 +11,14 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from mnist_mlp import cli
 from mnist_mlp.backend import select_xla_backend
-from mnist_mlp.distributed import data_parallel_setup
+from mnist_mlp.distributed import average_gradients, data_parallel_setup
 from mnist_mlp.model import MLP
 from mnist_mlp.results import finish_run
 from mnist_mlp.tracking import StepTracker
 
 # Decide the device before torch_xla loads: it reads PJRT_DEVICE when it starts its runtime.
 backend = select_xla_backend()
+import torch_xla.core.xla_model as xm  # noqa: E402
 import torch_xla.distributed.parallel_loader as pl  # noqa: E402
 import torch_xla.distributed.xla_backend  # noqa: E402,F401  registers the 'xla' process group
 
@@ -34,9 +35,11 @@ def train(model, optimizer, loader, device, epochs, tracker, dp):
             output = model(train_x)
             loss = loss_fn(output, train_label)
             loss.backward()
-            # All-reduce (average) the gradients across workers, then step: xm.optimizer_step
-            # on Neuron (the CPU stand-in reduces over gloo instead: distributed.py).
-            dp.optimizer_step(optimizer)
+            if dp.reduce_over_gloo:  # the CPU stand-in only: its XLA runtime cannot reduce
+                average_gradients(model.parameters(), dp.group)  # across processes
+                optimizer.step()
+            else:
+                xm.optimizer_step(optimizer)  # all-reduce (average) the gradients, then step
             tracker.step(loss)
     tracker.stop()
 

@@ -104,21 +104,38 @@ def test_cache_dir_flag(tmp_path):
         {"NEURON_CC_FLAGS": f"--model-type=transformer --cache_dir={wanted}"}, wanted, keep).ok
 
 
-def test_unequal_steps():
-    assert ex.check_unequal_steps(2, 32).verdict == ex.NOT_YET  # as committed
-    assert ex.check_unequal_steps(7, 3).verdict == ex.WRONG  # 2857 each with drop_last
-    right = ex.check_unequal_steps(7, 4)
-    assert right.ok and "2142" in right.message and "--batch-size" in right.message
-    assert ex.check_unequal_steps(64, 14).ok
-    for junk in JUNK + [0, -2, 2.5]:
-        assert not ex.check_unequal_steps(junk, 32).ok
+def test_torchrun_standalone(capsys):
+    committed = ["--nproc_per_node=2", "mnist_mlp/train_torchrun.py"]
+    assert ex.check_torchrun_standalone(committed).verdict == ex.NOT_YET
+    assert ex.check_torchrun_standalone(["--standalone", *committed]).ok
+    # The long way round that --standalone takes: c10d on a free port (":0").
+    assert ex.check_torchrun_standalone(["--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0",
+                                         *committed]).ok
+    for wrong in (["--standalone", "--master_port=29501", *committed],  # a port after all
+                  ["--standalone", "--nproc_per_node=4", "mnist_mlp/train_torchrun.py"],
+                  ["--standalone", "--nproc_per_node=2", "mnist_mlp/train.py"],
+                  ["--nnodes=1", *committed], ["--no-such-flag"], "--standalone", None):
+        assert ex.check_torchrun_standalone(wrong).verdict == ex.WRONG, wrong
+    assert "usage" not in capsys.readouterr().err  # argparse's complaint stays out of the cell
 
 
-def test_steps_per_worker(mnist_root, loaders_built_once):
-    assert ex.check_steps_per_worker(None, 2, 32, mnist_root).verdict == ex.NOT_YET
-    assert ex.check_steps_per_worker(938, 2, 32, mnist_root).verdict == ex.WRONG  # rounded up
-    assert ex.check_steps_per_worker(937, 2, 32, mnist_root).ok
-    assert ex.check_steps_per_worker(1875, 1, 32, mnist_root).ok
+def test_distributed_sampler():
+    from torch.utils.data.distributed import DistributedSampler
+
+    assert ex.check_distributed_sampler(None, None).verdict == ex.NOT_YET
+    right = DistributedSampler(range(10), num_replicas=3, rank=2, shuffle=False)
+    feedback = ex.check_distributed_sampler(right, list(right))
+    assert feedback.ok and "[2, 5, 8, 1]" in feedback.message  # item 1 again: the padding
+    assert ex.check_distributed_sampler(right, (2, 5, 8, 1)).ok
+    assert ex.check_distributed_sampler(right, [2, 5, 8]).verdict == ex.WRONG  # no padding
+    assert ex.check_distributed_sampler(right, None).verdict == ex.WRONG
+    for wrong in (DistributedSampler(range(10), num_replicas=3, rank=1, shuffle=False),
+                  DistributedSampler(range(10), num_replicas=3, rank=2),  # shuffles
+                  DistributedSampler(range(10), num_replicas=3, rank=2, shuffle=False,
+                                     drop_last=True),
+                  DistributedSampler(range(12), num_replicas=3, rank=2, shuffle=False),
+                  list(range(10))):
+        assert ex.check_distributed_sampler(wrong, [2, 5, 8, 1]).verdict == ex.WRONG, wrong
 
 
 def test_bf16_checks():

@@ -24,6 +24,8 @@ RDZV_TIMEOUT = 2
 # of that). The bounds leave room for load.
 NODE0_ALONE_BOUND_S = RDZV_TIMEOUT + 45
 NODE1_ALONE_BOUND_S = 2 * RDZV_TIMEOUT + 50
+# Node 1's head start when it is started first: long enough for several refused connections.
+HEAD_START_S = 5
 
 
 def results(directory):
@@ -33,13 +35,22 @@ def results(directory):
 
 
 @pytest.mark.e2e  # two torchrun launches, and the session's two-worker run
+# Both start orders: node 1 first waits (retrying its connection to node 0's store) for node 0,
+# started HEAD_START_S later, well within the rendezvous timeout.
+@pytest.mark.parametrize("first", [0, 1])
 def test_two_nodes_train_the_same_model_as_two_workers_on_one_node(tmp_path, script_env,
-                                                                   script_runs):
+                                                                   script_runs, first):
     shown = []
+    started = time.monotonic()
     nodes = run_nodes(SCRIPT, [*STEPS, "--checkpoint-dir", str(tmp_path / "two-nodes")],
                       timeout=600, rdzv_timeout=120, env=script_env, cwd=REPO_ROOT,
-                      on_line=shown.append)
+                      on_line=shown.append, first=first, head_start=HEAD_START_S)
     assert {rank: r.returncode for rank, r in nodes.items()} == {0: 0, 1: 0}
+    if first == 1:
+        assert shown[1].startswith("node 1 started first")
+        assert time.monotonic() - started > HEAD_START_S, "node 0 really started later"
+    else:
+        assert not any("started first" in line for line in shown)
     assert set(nodes[0].lines_by_rank()) == {0} and set(nodes[1].lines_by_rank()) == {1}
     assert any(line.startswith("Replicas equal") for line in nodes[0].lines_by_rank()[0])
     assert shown[0].startswith("node 0") and "│ node 1" in shown[0]
@@ -86,6 +97,8 @@ def test_node_command_lines_carry_the_rendezvous_and_its_timeout():
                           rdzv_timeout=bad)
     with pytest.raises(ValueError, match="node_ranks"):
         run_nodes(SCRIPT, node_ranks=(0, 0), timeout=10)
+    with pytest.raises(ValueError, match="first"):
+        run_nodes(SCRIPT, node_ranks=(0,), first=1, timeout=10)
 
 
 def test_missing_node_messages_read_torchrun_own_errors():
@@ -98,5 +111,6 @@ def test_missing_node_messages_read_torchrun_own_errors():
     message = missing_node_message(node1, 1, 2)
     assert "node 0" in message and "10.0.0.1:29500" in message and "security group" in message
     assert missing_node_message(["Traceback ...", "ValueError: bad"], 0, 2) is None
-    assert side_by_side(1, "x" * 10, width=4).splitlines() == ["     │ xxxx", "     │ xxxx",
-                                                                 "     │ xx"]
+    # Wrapped between words, never inside one (a word wider than the column overflows it).
+    assert side_by_side(1, "ab cd efgh", width=5).splitlines() == ["      │ ab cd", "      │ efgh"]
+    assert side_by_side(0, "x" * 10 + " y", width=4).splitlines() == ["xxxxxxxxxx │", "y    │"]

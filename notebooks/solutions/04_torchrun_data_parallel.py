@@ -1,18 +1,21 @@
 """Notebook 04's exercises, solved."""
 import sys
 
-from helpers.exercises import check_steps_per_worker, check_unequal_steps
+from torch.utils.data.distributed import DistributedSampler
 
-# Exercise 1: 60,000 images over 7 workers: 3 workers get 8,572, 4 get 8,571. Batches of 4
-# divide 8,572 (2,143 steps) but not 8,571 (2,142 whole batches, drop_last): unequal.
-# (Also: 64 workers, batch 14: 938 or 937 images each, 67 or 66 steps.)
-world_size = 7
-batch_size = 4
-feedback = [check_unequal_steps(world_size, batch_size)]
+from helpers.exercises import check_distributed_sampler, check_torchrun_standalone
 
-# Exercise 2: 60,000 / 2 = 30,000 images each; 30,000 // 32 = 937 whole batches (16 dropped).
-predicted_steps = 937
-feedback.append(check_steps_per_worker(predicted_steps, world_size=2, batch_size=32))
+# Exercise 1: --standalone makes torchrun start a c10d rendezvous on localhost with a free port
+# (single-node jobs only), so no --master_addr / --master_port.
+torchrun_args = ["--standalone", "--nproc_per_node=2", "mnist_mlp/train_torchrun.py"]
+feedback = [check_torchrun_standalone(torchrun_args)]
+
+# Exercise 2: with num_replicas and rank given, DistributedSampler needs no process group.
+# 10 items over 3 ranks are padded to 12 by repeating items 0 and 1; rank 2 takes every third
+# index from 2: [2, 5, 8, 1], item 1 also going to rank 1.
+sampler = DistributedSampler(range(10), num_replicas=3, rank=2, shuffle=False)
+rank2_items = list(sampler)
+feedback.append(check_distributed_sampler(sampler, rank2_items))
 
 for f in feedback:
     print(f)
