@@ -153,6 +153,7 @@ def test_stand_in_explains_and_runs_only_the_trial(workdir):
     assert report.results == {"xla": {"stage": "xla", "graphs_compiled": 3}}
     text = "\n".join(lines)
     assert "No NeuronCore here, so no neuron_parallel_compile" in text
+    assert "NEURON_PARALLEL_COMPILE_MAX_RETRIES=1" in text and "--num_parallel 2" not in text
     assert report.commands.shell()["trial"] in text and report.commands.shell()["run"] in text
     assert "graphs the trial traced: 3" in text
     assert report.compiled_by_trial is None and report.cache_before is None
@@ -210,3 +211,19 @@ def test_failed_compiles_are_counted_as_failed_not_done(workdir):
     assert report.parallel_totals == {"total": 3, "succeeded": 2, "failed": 1}
     assert any("python -m helpers.cache ls --state failed" in n for n in report.notes)
     assert report.compiled_by_run is None  # run_real=False: the trial only
+
+
+def test_a_trn1_2xlarge_precompiles_with_the_retry_the_docs_advise(tmp_path, monkeypatch):
+    # A real trial run of a script that writes down the variable it was given; the instance
+    # type (the DMI product name) is the one thing set by the test.
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os, sys\nprint('retries', os.environ.get(sys.argv[1], 'unset'))\n")
+    monkeypatch.delenv(precompile.RETRIES_VARIABLE, raising=False)
+    seen = {}
+    for instance in ("trn1.2xlarge", "trn1.32xlarge"):
+        monkeypatch.setattr(precompile, "instance_type", lambda: instance)
+        lines = []
+        precompile.precompile(probe, [precompile.RETRIES_VARIABLE], backend="xla-cpu",
+                              cwd=tmp_path, timeout=60, on_line=lines.append)
+        seen[instance] = next(line for line in lines if line.startswith("retries"))
+    assert seen == {"trn1.2xlarge": "retries 1", "trn1.32xlarge": "retries unset"}

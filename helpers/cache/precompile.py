@@ -35,6 +35,11 @@ from mnist_mlp.backend import check_worker_count, instance_type
 WRAPPER = "neuron_parallel_compile"
 STEPS_FLAG = "--steps-this-run"  # the training scripts' step limit (mnist_mlp/cli.py)
 TRIAL_STEPS = 10
+# "Set NEURON_PARALLEL_COMPILE_MAX_RETRIES=1 when precompiling on trn1.2xlarge where there's
+# limited host memory and CPU resources" (neuron_parallel_compile CLI, Neuron docs v2.31.0,
+# docs/sources.md): a compile that runs out of memory there is tried once more.
+RETRIES_VARIABLE = "NEURON_PARALLEL_COMPILE_MAX_RETRIES"
+RETRIES_ON = {"trn1.2xlarge": "1"}
 _GRAPHS_LINE = re.compile(r"Graphs compiled: (\d+)")
 _NPC_TOTALS = {
     "total": re.compile(r"Total graphs: (\d+)"),
@@ -191,8 +196,9 @@ def explain(commands: PrecompileCommands, trial_steps: int) -> str:
         f"  1. {commands.shell()['trial']}",
         f"     neuron_parallel_compile runs the script for {trial_steps} steps in graph-extraction",
         "     mode (its outputs are invalid), stores each traced graph's HLO in the Neuron cache,",
-        "     then compiles them, --num_parallel at a time (its default, RAM / 64 GiB rounded up,",
-        "     is 1 on a trn1.2xlarge).",
+        "     then compiles them in parallel. On a trn1.2xlarge (32 GiB, 8 vCPUs) the Neuron docs",
+        f"     advise {RETRIES_VARIABLE}=1 (limited host memory and CPU), which this sets there;",
+        "     leave --num_parallel at its default: more compiles at once risk running out of memory.",
         f"  2. {commands.shell()['run']}",
         "     the real run, with the same options: every graph it traces is already compiled.",
         "Here only the short trial runs, without the wrapper, on the XLA CPU stand-in: it shows",
@@ -227,6 +233,9 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
                               trial_steps=trial_steps, wrapper=wrapper,
                               master_port=free_port() if nproc_per_node is not None else None)
     run_env = dict(env or {})
+    retries = RETRIES_ON.get(instance_type() or "")
+    if retries and RETRIES_VARIABLE not in os.environ:
+        run_env.setdefault(RETRIES_VARIABLE, retries)
     if nproc_per_node is not None:
         run_env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", RANK_PREFIX_TEMPLATE)
     if checkpoint_dir is None and "--checkpoint-dir" in args:
