@@ -69,7 +69,9 @@ def plot_loss_curve(history, *, title: str = "Training loss", smooth: int = 0):
     for name, values in series.items():
         steps, losses = _as_series(values)
         label = None if len(series) == 1 else str(name)
-        line, = ax.plot(steps, losses, alpha=0.35 if smooth > 1 else 1.0, label=label)
+        # Smoothed, the legend names the mean line only: one entry per series.
+        line, = ax.plot(steps, losses, alpha=0.35 if smooth > 1 else 1.0,
+                        label=None if smooth > 1 else label)
         if smooth > 1 and len(losses) >= smooth:
             mean = np.convolve(losses, np.ones(smooth) / smooth, mode="valid")
             ax.plot(steps[smooth - 1:], mean, color=line.get_color(),

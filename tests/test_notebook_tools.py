@@ -241,6 +241,9 @@ def test_plot_loss_curve_pairs_lists_and_ranks():
     fig = plots.plot_loss_curve([4.0, 2.0, 0.0, 2.0], smooth=2)
     mean = fig.axes[0].lines[1].get_ydata()
     assert list(mean) == [3.0, 1.0, 1.0]
+    smoothed = plots.plot_loss_curve({m: [[0, 2.0], [1, 1.0], [2, 0.5]] for m in "abcde"}, smooth=2)
+    assert [t.get_text() for t in smoothed.axes[0].get_legend().get_texts()] == [
+        f"{m} (mean of 2)" for m in "abcde"]  # one legend entry per series, not two
     with pytest.raises(ValueError, match="empty"):
         plots.plot_loss_curve([])
 
