@@ -82,6 +82,7 @@ bench: data
 # make notebooks NOTEBOOKS=notebooks/02_single_core_xla.ipynb SOLUTIONS= (the rest stays recorded).
 notebooks: data
 	$(PY) -m helpers.classroom notebooks --notebooks $(NOTEBOOKS) --solutions $(SOLUTIONS)
+	$(if $(filter %06_inside_a_run.ipynb,$(NOTEBOOKS)),$(PY) -m tests.browser.trace_viewer_png)
 
 # Chromium (Debian's package, or Ubuntu's snap) and fonts-noto-color-emoji, each when missing;
 # Playwright drives that Chromium and downloads no browser of its own.

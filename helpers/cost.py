@@ -20,12 +20,16 @@ TUTORIAL_BATCH = 32  # the tutorial's and the scripts' batch size
 class Price:
     instance: str
     usd_per_hour: float
+    kind: str  # "on demand", "RI-effective"
     pricing: str
     source: str
     as_of: str
 
+    def short(self) -> str:
+        return f"${self.usd_per_hour:g}/h {self.kind}"
+
     def cite(self) -> str:
-        return f"{self.instance} ${self.usd_per_hour:.2f}/h {self.pricing}, as of {self.as_of} ({self.source})"
+        return f"{self.instance} ${self.usd_per_hour:g}/h {self.pricing}, as of {self.as_of} ({self.source})"
 
 
 def load_cost_data(path=COST_DATA) -> dict:
@@ -36,7 +40,7 @@ def load_cost_data(path=COST_DATA) -> dict:
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"{path}: cannot read the cost data ({err}); restore it with "
                          f"`git checkout -- {path.name}` or fix the JSON") from None
-    needs = {"prices": ("instance", "usd_per_hour", "pricing", "source", "as_of"),
+    needs = {"prices": ("instance", "usd_per_hour", "kind", "pricing", "source", "as_of"),
              "published_runs": ("run", "stage", "workers", "throughput_it_s", "instance", "source")}
     for section, keys in needs.items():
         for i, entry in enumerate(data.get(section) or [None]):
@@ -72,34 +76,37 @@ def epoch_seconds(throughput_it_s: float, workers: int, batch_size: int = TUTORI
 
 def cost_rows(results: dict, on_neuron: bool, data: dict | None = None,
               instance: str = "trn1.2xlarge") -> list[dict]:
-    """One row per stage result (cost only when it ran on Neuron: a stand-in's time on this
-    machine is not a trn1's) and one per published tutorial run (cost at `instance`'s price:
-    those runs used one or two NeuronCores, which a trn1.2xlarge has)."""
+    """One row per run, priced at the rate of the instance it ran on: the stages this machine ran
+    (only on Neuron, at `instance`'s rate: a stand-in's time is not a trn1's) and the AWS
+    tutorial's published runs (at the rate of the instance they were measured on)."""
     data = data or load_cost_data()
-    rate = price(instance, data)
+    runs = [(stage, instance, r.world_size, r.throughput_it_s, r.batch_size)
+            for stage, r in results.items()] if on_neuron else []
+    runs += [(run["run"], run["instance"], run["workers"], run["throughput_it_s"], TUTORIAL_BATCH)
+             for run in data["published_runs"]]
     rows = []
-    for stage, r in results.items():
-        seconds = epoch_seconds(r.throughput_it_s, r.world_size, r.batch_size)
-        rows.append({"what": stage, "from": "this machine, Neuron" if on_neuron
-                     else "this machine, CPU stand-in",
-                     "workers": r.world_size, "throughput_it_s": r.throughput_it_s,
-                     "epoch_s": seconds,
-                     "usd_per_epoch": seconds * rate.usd_per_hour / 3600 if on_neuron else None})
-    for run in data["published_runs"]:
-        seconds = epoch_seconds(run["throughput_it_s"], run["workers"])
-        rows.append({"what": run["run"], "from": f"AWS MLP tutorial ({run['instance']})",
-                     "workers": run["workers"], "throughput_it_s": run["throughput_it_s"],
-                     "epoch_s": seconds, "usd_per_epoch": seconds * rate.usd_per_hour / 3600})
+    for what, where, workers, throughput, batch_size in runs:
+        rate = price(where, data)
+        seconds = epoch_seconds(throughput, workers, batch_size)
+        rows.append({"what": what, "instance": where, "workers": workers,
+                     "throughput_it_s": throughput, "epoch_s": seconds, "rate": rate.short(),
+                     "usd_per_epoch": seconds * rate.usd_per_hour / 3600})
     return rows
+
+
+def stand_in_epoch_times(results: dict) -> str:
+    """The stand-in's own epoch times, one line, unpriced: this machine is not a trn1."""
+    times = [f"{stage} {epoch_seconds(r.throughput_it_s, r.world_size, r.batch_size):.1f} s"
+             for stage, r in results.items()]
+    return ("This machine's epochs (the CPU stand-in, not priced): " + ", ".join(times)
+            if times else "")
 
 
 def format_cost_rows(rows: list[dict]) -> str:
     from helpers.tables import text_table
 
-    def money(v):
-        return "n/a (not a trn1)" if v is None else f"${v:.4f}"
-
-    return text_table([[r["what"], r["from"], r["workers"], f"{r['throughput_it_s']:.0f} it/s",
-                        f"{r['epoch_s']:.1f} s", money(r["usd_per_epoch"])] for r in rows],
-                      ["run", "measured on", "workers", "per worker", "time/epoch", "cost/epoch"],
-                      right={2, 3, 4, 5}, rule=True)
+    return text_table([[r["what"], r["instance"], f"{r['throughput_it_s']:.0f}",
+                        f"{r['epoch_s']:.1f} s", r["rate"], f"${r['usd_per_epoch']:.4f}"]
+                       for r in rows],
+                      ["run", "instance", "it/s each", "epoch", "rate", "$/epoch"],
+                      right={2, 3, 5}, rule=True)

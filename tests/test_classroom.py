@@ -101,8 +101,23 @@ def test_make_notebooks_runs_the_notebooks_then_the_solutions_and_records_their_
     assert ("-m helpers.classroom notebooks --notebooks notebooks/00_setup.ipynb "
             "notebooks/01_cpu_training.ipynb") in plan
     assert "--solutions notebooks/solutions/01_cpu_training.py" in plan
+    assert "-m tests.browser.trace_viewer_png" in plan, "06's Trace Viewer picture is refreshed"
     part = make_plan("notebooks", "NOTEBOOKS=notebooks/00_setup.ipynb", "SOLUTIONS=")
     assert part.rstrip().endswith("notebooks --notebooks notebooks/00_setup.ipynb --solutions")
+
+
+def test_notebook_06_shows_a_committed_picture_of_the_real_trace_viewer():
+    """A live viewer is blank on GitHub: 06 shows the picture make notebooks takes of one."""
+    from PIL import Image, ImageStat
+
+    from tests.browser.trace_viewer_png import PICTURE, SIZE
+
+    notebook = (REPO_ROOT / "notebooks" / "06_inside_a_run.ipynb").read_text()
+    assert f"images/{PICTURE.name}" in notebook
+    with Image.open(PICTURE) as picture:
+        assert picture.format == "PNG" and picture.size == (SIZE["width"], SIZE["height"])
+        spread = ImageStat.Stat(picture.convert("L")).stddev[0]
+    assert spread > 20, "drawn tracks, not a blank page"
 
 
 def test_classroom_check_without_a_record_says_to_make_one_first(tmp_path):

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from helpers.cost import (COST_DATA, cost_rows, epoch_seconds, format_cost_rows, load_cost_data,
-                          price, steps_per_epoch)
+                          price, stand_in_epoch_times, steps_per_epoch)
 from mnist_mlp.results import RunResults
 
 
@@ -16,8 +16,10 @@ def test_every_price_and_published_figure_is_sourced_and_dated():
         assert entry["source"].startswith("https://") and entry["as_of"][:2] == "20"
     for run in data["published_runs"]:
         assert run["source"].startswith("https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/")
+        price(run["instance"], data)  # each published run's own instance has a rate
     assert "/en/latest/" not in COST_DATA.read_text()
     assert price().usd_per_hour == 1.34 and "neuron-workshops" in price().cite()
+    assert "aws-neuron-sdk/blob/v2.31.0/" in price("trn1.32xlarge").cite()
 
 
 def test_steps_and_time_per_epoch():
@@ -32,18 +34,27 @@ def result(stage, throughput, workers=1):
                       final_loss=0.3, test_accuracy=0.9, wall_time_s=20.0, loss_history=[])
 
 
-def test_stand_in_times_get_no_price_and_neuron_ones_do():
-    results = {"xla": result("xla", 187.5)}
+def test_each_run_is_priced_at_its_own_instance_and_the_stand_in_at_none():
+    results = {"xla": result("xla", 187.5), "torchrun_w2": result("torchrun_w2", 150.0, workers=2)}
     stand_in = cost_rows(results, on_neuron=False)
-    assert stand_in[0]["epoch_s"] == pytest.approx(10.0) and stand_in[0]["usd_per_epoch"] is None
+    assert {r["instance"] for r in stand_in} == {"trn1.32xlarge"}, "only the published runs"
     neuron = cost_rows(results, on_neuron=True)
-    assert neuron[0]["usd_per_epoch"] == pytest.approx(10.0 * 1.34 / 3600)
-    published = [r for r in neuron if r["from"].startswith("AWS")]
+    mine = {r["what"]: r for r in neuron if r["instance"] == "trn1.2xlarge"}
+    assert mine["xla"]["usd_per_epoch"] == pytest.approx(10.0 * 1.34 / 3600)
+    assert mine["torchrun_w2"]["epoch_s"] == pytest.approx(937 / 150.0)
+    published = [r for r in neuron if r["instance"] == "trn1.32xlarge"]
     assert [r["workers"] for r in published] == [1, 1, 2]
-    cheapest = min(published, key=lambda r: r["usd_per_epoch"])
-    assert cheapest["workers"] == 2, "both NeuronCores of the instance it pays for"
-    table = format_cost_rows(stand_in)
-    assert "n/a (not a trn1)" in table and "$0.00" in table
+    assert all(r["usd_per_epoch"] == pytest.approx(r["epoch_s"] * 8.197 / 3600) for r in published)
+    assert "xla 10.0 s" in stand_in_epoch_times(results) and stand_in_epoch_times({}) == ""
+
+
+def test_the_table_fits_100_characters_and_has_no_empty_rows():
+    results = {"torchrun_w1": result("torchrun_w1", 187.5)}
+    table = format_cost_rows(cost_rows(results, on_neuron=True))
+    lines = table.splitlines()
+    assert max(map(len, lines)) <= 100, table
+    assert len(lines) == 2 + 1 + 3 and "n/a" not in table and "nan" not in table
+    assert "$1.34/h on demand" in table and "$8.197/h RI-effective" in table
 
 
 @pytest.mark.parametrize("edit, says", [

@@ -151,6 +151,29 @@ def test_bf16_checks():
     assert ex.check_repeated_small_adds(1, 3).ok
 
 
+def test_inside_a_run_checks(tmp_path, monkeypatch):
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    import torch_xla.debug.metrics as met
+
+    samples, total_ns = (met.metric_data("CompileTime") or (0, 0))[:2]
+    assert ex.check_compile_counters(None, None).verdict == ex.NOT_YET
+    assert ex.check_compile_counters(samples + 1, total_ns / 1e9).verdict == ex.WRONG
+    assert ex.check_compile_counters(samples, total_ns / 1e9 + 5).verdict == ex.WRONG
+    assert ex.check_compile_counters(samples, total_ns / 1e9).ok
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    logdir = tmp_path / "lr"
+    assert ex.check_logged_scalars(logdir, "exercise/lr", [0.1]).verdict == ex.NOT_YET
+    writer = SummaryWriter(logdir)
+    for step, value in enumerate([0.1, 0.05]):
+        writer.add_scalar("exercise/lr", value, step)
+    writer.close()
+    assert ex.check_logged_scalars(logdir, "exercise/lr", [0.1, 0.05]).ok
+    assert ex.check_logged_scalars(logdir, "exercise/lr", [0.1, 0.05, 0.025]).verdict == ex.WRONG
+    assert ex.check_logged_scalars(logdir, "other/tag", [0.1]).verdict == ex.NOT_YET
+
+
 def in_own_process(solution) -> bool:
     """A solution that trains on XLA counts the graphs its own process compiles, in a fresh
     process as in a learner's fresh kernel: it runs as a script. The others run in this process

@@ -206,3 +206,41 @@ def test_a_users_core_setting_passes_on_to_commands(neuron_setup, monkeypatch):
 def test_setup_leaves_no_core_setting_behind_for_other_tests():
     # Runs after the setup() tests above (pytest keeps file order): their fixtures undid it.
     assert os.environ.get("NEURON_RT_VISIBLE_CORES") == CORES_AT_START
+
+
+def test_torchrun_workers_need_every_core_so_a_kernel_that_took_one_must_not_start_them(monkeypatch):
+    """torch-xla's own check (torch_xla/_internal/neuron_utils.py, run in each torchrun worker):
+    with NEURON_RT_VISIBLE_CORES naming fewer cores than LOCAL_WORLD_SIZE the worker refuses to
+    start. A kernel that took core 0 hands its children only core 1."""
+    from torch_xla._internal.neuron_utils import remap_visible_cores
+
+    from helpers.processes import KERNEL_ONLY, child_environment
+
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    monkeypatch.setattr(workbook, "KERNEL_ONLY", KERNEL_ONLY)
+    monkeypatch.setitem(KERNEL_ONLY, "NEURON_RT_VISIBLE_CORES", remaining_cores("0", 2))
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", child_environment()["NEURON_RT_VISIBLE_CORES"])
+    with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE .* of 2 is not equal to count 1"):
+        remap_visible_cores(0, 2)
+    monkeypatch.delitem(KERNEL_ONLY, "NEURON_RT_VISIBLE_CORES")
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES")
+    assert "NEURON_RT_VISIBLE_CORES" not in child_environment(), "setup(neuron_cores=None)"
+
+
+def test_a_notebook_that_starts_two_workers_takes_no_core_before_them():
+    """So every notebook with a 2-worker torchrun starts with setup(neuron_cores=None) and takes
+    a core (take_neuron_cores) only after its last torchrun cell."""
+    import nbformat
+
+    from tests.paths import REPO_ROOT
+
+    for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        code = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        torchrun = [i for i, src in enumerate(code)
+                    if "run_torchrun(" in src and "nproc_per_node=2" in src]
+        if not torchrun:
+            continue
+        first = next(src for src in code if "setup(" in src)
+        assert "setup(neuron_cores=None)" in first, path.name
+        takes = [i for i, src in enumerate(code) if "take_neuron_cores(" in src]
+        assert all(i > max(torchrun) for i in takes), path.name

@@ -1,7 +1,6 @@
 """Notebook 03's exercises, solved."""
 import sys
 
-from helpers.cache import flags as cache_flags
 from helpers.exercises import check_cache_dir_flag, check_cache_key
 
 # Exercise 1: the key is the graph (operations and shapes), the compiler flags, the compiler version.
@@ -15,9 +14,9 @@ changes_the_cache_key = {
 }
 feedback = [check_cache_key(changes_the_cache_key)]
 
-# Exercise 2: set_flag edits one flag and keeps the others.
-my_env = {cache_flags.ENV_VAR: "--model-type=transformer"}
-my_env[cache_flags.ENV_VAR] = cache_flags.set_flag(my_env[cache_flags.ENV_VAR], "--cache_dir", "/tmp/classroom-cache")
+# Exercise 2: the cache wrapper's --cache_dir flag, added to the flags already there.
+my_env = {"NEURON_CC_FLAGS": "--model-type=transformer"}
+my_env["NEURON_CC_FLAGS"] += " --cache_dir=/tmp/classroom-cache"
 feedback.append(check_cache_dir_flag(my_env, "/tmp/classroom-cache",
                                      keep={"--model-type": "transformer"}))
 
