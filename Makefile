@@ -22,7 +22,7 @@ STAMP := $(VENV)/.requirements-stamp
 REQUIREMENTS := requirements.txt $(if $(wildcard /dev/neuron0),requirements-neuron.txt)
 # The Neuron 2.31 "Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04)" keeps its PyTorch here
 # (Neuron DLAMI User Guide, v2.31.0). When it exists the venv is layered on it instead of
-# downloading a second torch; make venv DLAMI_VENV= ignores it. helpers/venv_plan.py decides.
+# downloading a second torch; make venv DLAMI_VENV= ignores it. helpers/setup/venv_plan.py decides.
 DLAMI_VENV ?= /opt/aws_neuronx_venv_pytorch_2_9
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 SOLUTIONS := $(sort $(wildcard notebooks/solutions/[0-9][0-9]_*.py))
@@ -42,8 +42,8 @@ CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
 venv: $(STAMP)
 
 # Re-install only when the requirements change; re-create the venv when its python is gone
-# (e.g. the system python was upgraded under it). Where torch comes from (helpers/venv_plan.py,
-# which says so first; `python3 -m helpers.venv_plan --dry-run` shows it without installing):
+# (e.g. the system python was upgraded under it). Where torch comes from (helpers/setup/venv_plan.py,
+# which says so first; `python3 -m helpers.setup.venv_plan --dry-run` shows it without installing):
 #   the Neuron 2.31 DLAMI: its PyTorch venv is the base, only the notebook packages are installed;
 #     refused, saying what to do, when its torch/torch-xla/torchvision/torch-neuronx/neuronx-cc
 #     are not the pinned ones
@@ -51,7 +51,7 @@ venv: $(STAMP)
 #     (download.pytorch.org/whl/cpu), no CUDA libraries; torch-neuronx from the Neuron repository
 #   anywhere else: everything from PyPI (about 4.4 GB the first time, 3.2 GB of it CUDA libraries)
 $(STAMP): $(REQUIREMENTS) pyproject.toml
-	$(PYTHON) -m helpers.venv_plan --venv $(VENV) --python $(PYTHON) --dlami-venv "$(DLAMI_VENV)"
+	$(PYTHON) -m helpers.setup.venv_plan --venv $(VENV) --python $(PYTHON) --dlami-venv "$(DLAMI_VENV)"
 	@touch $@
 
 data: $(STAMP)

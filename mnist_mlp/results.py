@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from mnist_mlp.checkpoint import atomic_save, atomic_write_json
+from mnist_mlp.atomic_files import atomic_save, atomic_write_json
 from mnist_mlp.evaluation import evaluate, report_accuracy
 from mnist_mlp.paths import default_checkpoint_dir
 from mnist_mlp.tracking import StepTracker, TrainingDiverged, print_training_result
@@ -106,9 +106,9 @@ def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_load
         graphs, seconds = compile_stats()
         print(f"Graphs compiled: {graphs} (compile time {seconds:.2f} s)")
         extra = dict(graphs_compiled=graphs, compile_time_s=seconds, **extra)
-    for flag in ("device_loader", "precision"):
-        if hasattr(args, flag):
-            extra.setdefault(flag, getattr(args, flag))
+    for flag in ("device_loader", "precision"):  # None: a flag this stage does not take
+        if vars(args).get(flag) is not None:
+            extra.setdefault(flag, vars(args)[flag])
     print_training_result(tracker)  # raises TrainingDiverged on a non-finite final loss
     check_model_finite(model)
     directory = Path(args.checkpoint_dir)

@@ -1,6 +1,6 @@
 """What a workbook process does once at its start, as an explicit call: the XLA stage scripts'
 first line (backend.select_xla_backend, before torch_xla loads), every stage script's main()
-(through cli.one_line_errors) and the notebooks' first cell (helpers.workbook.setup) make it.
+(through cli.one_line_errors) and the notebooks' first cell (helpers.setup.notebook_kernel.setup) make it.
 Importing this module changes nothing."""
 import atexit
 import gc

@@ -48,9 +48,9 @@ class StepTracker:
         """The tracker a stage script uses: its flags (--steps-this-run, --epochs, --tensorboard,
         --profile); under torchrun rank 0 alone prints progress, logs and profiles."""
         log = profile = None
-        if rank == 0 and getattr(args, "tensorboard", None):
+        if rank == 0 and args.tensorboard:
             log = TensorBoardLog(args.tensorboard, xla=xla)
-        if rank == 0 and getattr(args, "profile", None):
+        if rank == 0 and args.profile:
             profile = ProfileWindow(args.profile, args.profile_steps)
         return cls(args.steps_this_run, steps_per_epoch * args.epochs, xla=xla,
                    progress=rank == 0, log=log, profile=profile)

@@ -72,15 +72,16 @@ NOTEBOOK_GROUP = "notebooks"
 
 def notebook_order(item) -> int:
     """Within the notebook group: tests that click a notebook's widgets keep its kernel open, so
-    they come before the plain runs, which end each kernel (a later widget test would otherwise
-    execute that notebook a second time); tests that only read the runs' results come last."""
-    if getattr(item, "originalname", item.name).startswith("test_notebook_runs_clean"):
+    they come before the plain runs (marked ends_kernels), which end each kernel (a later widget
+    test would otherwise execute that notebook a second time); tests that only read the runs'
+    results come last."""
+    if item.get_closest_marker("ends_kernels"):
         return 1
     fixtures = set(getattr(item, "fixturenames", ()))
     return 2 if "executed_notebooks" in fixtures and "notebook_runs" not in fixtures else 0
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if NOTEBOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
@@ -96,41 +97,6 @@ def session_order(item) -> tuple[int, int]:
     if item.get_closest_marker("xdist_group"):
         return 0, notebook_order(item)
     return (1 if item.get_closest_marker("e2e") else 2), 0
-
-
-def notebook_group_tests(tests_dir) -> set[str]:
-    """'file::function' of every test function that takes one of NOTEBOOK_FIXTURES."""
-    import ast
-    from pathlib import Path
-
-    found = set()
-    root = Path(tests_dir).parent
-    for path in sorted(Path(tests_dir).rglob("test_*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
-                if NOTEBOOK_FIXTURES & {a.arg for a in node.args.args}:
-                    found.add(f"{path.relative_to(root).as_posix()}::{node.name}")
-    return found
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_xdist_make_scheduler(config, log):
-    """--dist loadgroup, with the group decided here: pytest 9.2 ignores the nodeid suffix that
-    xdist's own loadgroup relies on (pytest-dev/pytest-xdist#1386), so the browser tests and the
-    output comparison would run on both workers, executing the notebooks twice."""
-    if config.getvalue("dist") != "loadgroup":
-        return None
-    from pathlib import Path
-
-    from xdist.scheduler import LoadScopeScheduling
-
-    grouped = notebook_group_tests(Path(__file__).parent)  # nodeids are relative to the repo
-
-    class NotebookGroupScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return NOTEBOOK_GROUP if nodeid.split("@")[0].split("[")[0] in grouped else nodeid
-
-    return NotebookGroupScheduling(config, log)
 
 
 def pytest_configure(config):

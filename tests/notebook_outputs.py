@@ -10,7 +10,7 @@ learner reads carries no markers.
 Cell metadata `"backend_output": "<why>"`: the cell's output depends on the backend
 (graph counts, cache layout, core counts...). The committed outputs come from the CPU stand-in, so
 in the Neuron mode such a cell's output is not compared (its asserts, which take their expected
-values from helpers/expected.py, still ran); every other cell is. The mode is `neuron` on a host
+values from helpers/checks/expected.py, still ran); every other cell is. The mode is `neuron` on a host
 with NeuronCores (/dev/neuron0) and `stand-in` elsewhere; WORKBOOK_BACKEND_OUTPUTS=neuron|stand-in
 forces it. Every run reports how many cells were compared and why the others were not.
 """

@@ -113,7 +113,7 @@ def test_runtime_not_initialised_without_torch_xla_import():
 @pytest.mark.parametrize("flags, phrase", [("--cache_dir=", "--cache_dir with no value"),
                                            ("--cache_dir '/x", "check its quotes")])
 def test_setup_check_reports_unusable_flags_instead_of_raising(flags, phrase):
-    from helpers.neuron_env import check_compile_cache
+    from helpers.setup.environment_checks import check_compile_cache
 
     result = check_compile_cache({"NEURON_CC_FLAGS": flags}, stand_in=False)
     assert not result.ok and phrase in result.message and "NEURON_CC_FLAGS" in result.fix

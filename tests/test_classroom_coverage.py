@@ -8,11 +8,11 @@ import sys
 import nbformat
 import pytest
 
-from helpers.classroom import build_classroom_cache, check_pass, graph_pass, record_notebooks
-from helpers.graph_log import GraphDumps, hlo_dump_env, read_fingerprints
-from helpers.graph_record import describe_uncovered, read_record, uncovered
-from helpers.processes import run_streaming
-from helpers.xla_metrics import graph_hashes
+from helpers.classroom.commands import build_classroom_cache, check_pass, graph_pass, record_notebooks
+from helpers.classroom.graph_log import GraphDumps, hlo_dump_env, read_fingerprints
+from helpers.classroom.graph_record import describe_uncovered, read_record, uncovered
+from helpers.launch.processes import run_streaming
+from helpers.inside.lazy_metrics import graph_hashes
 from tests.browser.conftest import kernel_env
 
 pytestmark = pytest.mark.e2e  # kernels and processes that start torch_xla
@@ -26,9 +26,9 @@ print((x * 2).sum().item())"""
 CHILD = ("import torch, torch_xla; y = torch.ones(5, device=torch_xla.device()); "
          "print((y + 1).sum().item())")
 SCRIPT_GRAPH = f"""import sys
-from helpers.processes import run_streaming
-from helpers.xla_metrics import graph_hashes
-from helpers.xla_metrics import graph_hashes
+from helpers.launch.processes import run_streaming
+from helpers.inside.lazy_metrics import graph_hashes
+from helpers.inside.lazy_metrics import graph_hashes
 run = run_streaming([sys.executable, "-c", {CHILD!r}], timeout=300, env={{"PJRT_DEVICE": "CPU", "PT_XLA_DEBUG_LEVEL": "1"}})
 assert len(graph_hashes(run.lines)) == 1, run.lines"""
 # The solution, a script, traces the kernel's graph too, and one of its own.

@@ -1,11 +1,11 @@
-"""helpers/cost.py and its data file: every figure has its source and date, the arithmetic of
+"""helpers/show/cost.py and its data file: every figure has its source and date, the arithmetic of
 time and cost per epoch, and a clear error for a data file that lacks them."""
 import json
 import math
 
 import pytest
 
-from helpers.cost import (COST_DATA, cost_rows, epoch_seconds, format_cost_rows, load_cost_data,
+from helpers.show.cost import (COST_DATA, cost_rows, epoch_seconds, format_cost_rows, load_cost_data,
                           price, stand_in_epoch_times, steps_per_epoch)
 from mnist_mlp.results import RunResults
 

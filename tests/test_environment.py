@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.processes import run_streaming, venv_bin_first
-from helpers.torchrun import efa_env, torchrun_command_line
+from helpers.launch.processes import run_streaming, venv_bin_first
+from helpers.launch.torchrun import efa_env, torchrun_command_line
 from tests.paths import REPO_ROOT
 
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)$")

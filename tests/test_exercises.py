@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers import exercises as ex
+from helpers.checks import exercises as ex
 from tests.paths import REPO_ROOT
 
 SOLUTIONS = sorted((REPO_ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.py"))
@@ -238,7 +238,7 @@ def test_notebook_ends_with_exercises_that_have_checks_and_solutions(notebook):
     calls = [name for c in cells if c["cell_type"] == "code" for name in check_calls("".join(c["source"]))]
     assert calls, f"{notebook.name}: no check cell"
     for name in calls:
-        assert callable(getattr(ex, name, None)), f"{notebook.name} calls {name}, not in helpers.exercises"
+        assert callable(getattr(ex, name, None)), f"{notebook.name} calls {name}, not in helpers.checks.exercises"
     assert (REPO_ROOT / "notebooks" / "solutions" / f"{notebook.stem}.py").exists()
     for cell in cells:
         for out in cell.get("outputs", []):  # committed executed: the untouched state

@@ -1,4 +1,4 @@
-"""helpers/expected.py: one place for backend-dependent values, each cited, the stand-in's measured;
+"""helpers/checks/expected.py: one place for backend-dependent values, each cited, the stand-in's measured;
 and no notebook asserts a backend-dependent quantity without it (issue 16.1)."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import re
 import nbformat
 import pytest
 
-from helpers.expected import BACKENDS, BF16_MODES, DOCS, Expected, Fact, add_quantity, expected
+from helpers.checks.expected import BACKENDS, DOCS, Expected, Fact, add_quantity, expected
+from mnist_mlp.precision import PRECISIONS
 from mnist_mlp.backend import Backend
 from mnist_mlp.paths import REPO_ROOT
 from tests.xla_stand_in import stand_in_device
@@ -49,7 +50,7 @@ def test_values_differ_where_the_backends_do():
     assert (stand_in.precompile_mode, neuron.precompile_mode) == ("stand-in", "neuron")
     assert (stand_in.gradient_reduce, neuron.gradient_reduce) == ("gloo", "xla")
     assert 0 in stand_in.neuron_cores_visible and 0 not in neuron.neuron_cores_visible
-    assert set(stand_in.bf16_graphs) == set(neuron.bf16_graphs) == set(BF16_MODES)
+    assert set(stand_in.bf16_graphs) == set(neuron.bf16_graphs) == set(PRECISIONS)
 
 
 def test_backend_object_or_name_and_clear_errors():
@@ -135,7 +136,7 @@ def test_backend_dependent_asserts_take_their_values_from_expected(path):
                  if BACKEND_QUANTITY.search(text) and "expect." not in text
                  or any(p.search(text) for p in FORBIDDEN)]
     assert not bypassing, (f"{path.name} asserts backend-dependent values without "
-                           "helpers/expected.py (expect = expected(backend); assert x in "
+                           "helpers/checks/expected.py (expect = expected(backend); assert x in "
                            "expect.<quantity>):\n" + "\n".join(bypassing))
 
 

@@ -4,7 +4,7 @@ PT_XLA_DEBUG_LEVEL=1 makes torch_xla print a Graph Hash per compile; the sets mu
 The runs are shared (tests/script_runs.py): the long ones also serve test_scripts.py."""
 import pytest
 
-from helpers.xla_metrics import graph_hashes
+from helpers.inside.lazy_metrics import graph_hashes
 from mnist_mlp.tracking import LOSS_EVERY
 
 

@@ -287,7 +287,7 @@ def test_fifo_in_place_of_an_idx_file_is_reported_not_read(mnist_root, tmp_path)
 
 
 def test_unwritable_data_dir_needing_a_repair(mnist_root, tmp_path):
-    from tests.test_checkpoint import made_read_only
+    from tests.test_atomic_files import made_read_only
 
     raw = copy_raw(mnist_root, tmp_path)
     flip_byte(raw / "t10k-images-idx3-ubyte", 3000)
@@ -302,7 +302,7 @@ def test_unwritable_data_dir_needing_a_repair(mnist_root, tmp_path):
 
 
 def test_unwritable_data_dir_with_right_files_is_fine(mnist_root, tmp_path):
-    from tests.test_checkpoint import made_read_only
+    from tests.test_atomic_files import made_read_only
 
     raw = copy_raw(mnist_root, tmp_path)
     with made_read_only(raw):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.procfs import PROC_DIR, process_cmdline
+from helpers.launch.procfs import PROC_DIR, process_cmdline
 from mnist_mlp.download import ensure_mnist
 from mnist_mlp.mnist_files import IDX_MD5, MnistDataError, raw_dir
 from mnist_mlp.mnist_sources import PIP_DEADLINE_PER_TIMEOUT, _run_with_deadline

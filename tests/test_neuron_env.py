@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from mnist_mlp.backend import Backend
-from helpers.checklist import FAIL_COLOUR, OK_COLOUR, Checklist
+from helpers.setup.checklist import FAIL_COLOUR, OK_COLOUR, Checklist
 from mnist_mlp.mnist_files import IDX_MD5, default_data_dir
-from helpers.neuron_env import (FREE_CORES_FIX, CheckResult, DeviceHolder, check_backend,
+from helpers.setup.environment_checks import (FREE_CORES_FIX, CheckResult, DeviceHolder, check_backend,
                                 check_compile_cache, check_mnist, check_neuron_cores_free,
                                 check_neuron_cores_visible, check_pins, check_platform,
                                 check_neuron_tools, check_tools_on_path, check_torchrun, neuron_device_holders,

@@ -1,8 +1,8 @@
-"""helpers/neuron_explorer.py: the Neuron Explorer command lines notebook 06 shows, as the
+"""helpers/inside/neuron_explorer.py: the Neuron Explorer command lines notebook 06 shows, as the
 Neuron 2.31 guides give them (Capture profiles, Get started, Migration)."""
 import shlex
 
-from helpers.neuron_explorer import DOCS, capture_env, commands, summary_argv
+from helpers.inside.neuron_explorer import DOCS, capture_env, commands, summary_argv
 
 
 def test_links_are_pinned_to_the_release():

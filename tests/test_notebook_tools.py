@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from helpers import diffs, plots, stages, xla_metrics  # noqa: E402
+from helpers.inside import lazy_metrics as xla_metrics  # noqa: E402
+from helpers.show import diffs, plots, stages  # noqa: E402
 from mnist_mlp.paths import REPO_ROOT  # noqa: E402
 from tests.built_once import built_once  # noqa: E402
 from tests.xla_stand_in import stand_in_device  # noqa: E402
@@ -329,7 +330,7 @@ def run_recorder_probe(directory):
     import torch
     import torch_xla
 
-    from helpers.xla_metrics import (CompileMetricsRecorder, compiled_steps, hlo_ops, hlo_text,
+    from helpers.inside.lazy_metrics import (CompileMetricsRecorder, compiled_steps, hlo_ops, hlo_text,
                                       ir_text)
     from mnist_mlp.model import MLP
 

@@ -24,7 +24,7 @@ NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 TEACHING_DEF_MARKER = "# Teaching def:"
 SETUP_LINES = (
-    re.compile(r"^from helpers\.workbook import setup$"),
+    re.compile(r"^from helpers\.setup import setup$"),
     # neuron_cores=None: a kernel that takes no NeuronCore (notebook 04's: its workers take them)
     re.compile(r"^backend = setup\((xla=(True|False)|neuron_cores=(None|\"[0-9-]+\"))?\)"),
 )
@@ -112,7 +112,7 @@ def test_starts_with_a_title_then_the_setup_cell(notebook):
     assert len(setup_lines) == len(SETUP_LINES) and all(
         pattern.match(line) for pattern, line in zip(SETUP_LINES, setup_lines)), (
         f"{path.name}: the first code cell must be the setup cell:\n"
-        "from helpers.workbook import setup\n"
+        "from helpers.setup import setup\n"
         "backend = setup()  # or setup(xla=False), setup(neuron_cores=None)\n"
         f"found:\n{code_cells(nb)[0].source}")
 

@@ -1,9 +1,9 @@
-"""helpers/payoff.py, notebook 07's arithmetic: the step's FLOPs counted from the model itself,
+"""helpers/inside/payoff.py, notebook 07's arithmetic: the step's FLOPs counted from the model itself,
 the NeuronCore model against the tutorial's own figures, the crossover, and the plot's limits."""
 import pytest
 from torch import nn
 
-from helpers import payoff
+from helpers.inside import payoff
 from mnist_mlp.model import MLP
 from tests.xla_stand_in import stand_in_device
 

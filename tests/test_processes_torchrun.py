@@ -1,13 +1,16 @@
 """The launcher against real processes: tiny worker scripts written here, a real torchrun (2 ranks)."""
+import subprocess
 import sys
+import time
 import textwrap
 from pathlib import Path
 
 import psutil
 import pytest
 
-from helpers.processes import CommandFailed, CommandTimedOut, lines_by_rank, run_streaming
-from helpers.torchrun import run_torchrun, torchrun_argv, torchrun_command_line
+from helpers.launch.processes import CommandFailed, CommandTimedOut, lines_by_rank, run_streaming
+from helpers.launch.torchrun import run_torchrun, torchrun_argv, torchrun_command_line
+from tests.paths import REPO_ROOT
 
 
 def write_script(path: Path, body: str) -> Path:
@@ -241,3 +244,28 @@ def test_torchrun_set_up_chatter_goes_to_the_log_not_the_cell(two_rank_run):
     assert not any(line.strip() in ("[rank0]:", "[rank1]:") for line in shown), shown
     assert sorted(line for line in shown if "ready" in line) == ["[rank0]: ready 0",
                                                                  "[rank1]: ready 1"]
+
+
+def test_a_killed_kernel_takes_its_running_command_with_it(tmp_path):
+    """A notebook kernel killed outright (SIGKILL: out of memory, a forced restart) while
+    run_streaming waits: the command it started gets SIGTERM from the OS (mnist_mlp/child_process.py)
+    instead of running on, holding NeuronCores on a trn1."""
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", "from helpers.launch.processes import run_streaming\n"
+         "run_streaming(['sh', '-c', 'echo $$; exec sleep 300'], timeout=600,"
+         " on_line=lambda line: print(line, flush=True))"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    child = int(kernel.stdout.readline())
+    assert psutil.pid_exists(child)
+    kernel.kill()
+    kernel.wait()
+
+    def gone():
+        try:
+            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+    deadline = time.monotonic() + 10
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(), "the command outlived the kernel that started it"

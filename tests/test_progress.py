@@ -9,7 +9,7 @@ def test_a_saved_notebook_shows_the_finished_bar(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(
-        "from helpers.progress import tqdm\n"
+        "from helpers.show.progress import tqdm\n"
         "bar = tqdm(total=40, desc='steps')\n"
         "for _ in range(40):\n    bar.update()\n"
         "bar.close()")]

@@ -1,4 +1,4 @@
-"""helpers/step_time.py on the CPU stand-in, in-process: the per-step deltas of torch_xla's
+"""helpers/inside/step_time.py on the CPU stand-in, in-process: the per-step deltas of torch_xla's
 metrics put the compile in step 0, one execution in every lazy step, and dozens in eager mode."""
 import pytest
 import torch
@@ -9,7 +9,7 @@ from tests.xla_stand_in import stand_in_device
 
 stand_in_device()
 
-from helpers.step_time import PARTS, StepTimeRecorder, plot_step_breakdown, summarize, train_step  # noqa: E402
+from helpers.inside.step_time import PARTS, StepTimeRecorder, plot_step_breakdown, summarize, train_step  # noqa: E402
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""helpers/tensorboard.py against a real TensorBoard serving a real run's scalars and profiler
+"""helpers/inside/tensorboard.py against a real TensorBoard serving a real run's scalars and profiler
 trace (train.py --tensorboard --profile on the CPU stand-in): what it serves, where it listens,
 and that it never outlives its kernel."""
 import json
@@ -15,7 +15,7 @@ import urllib.parse
 import psutil
 import pytest
 
-from helpers.tensorboard import (LOSS_TAG, TensorBoard, TensorBoardError, step_names,
+from helpers.inside.tensorboard import (LOSS_TAG, TensorBoard, TensorBoardError, step_names,
                                  trace_viewer_path)
 from tests.paths import REPO_ROOT
 
@@ -116,7 +116,7 @@ def test_tensorboard_does_not_outlive_its_kernel(tmp_path, ending):
     # (atexit) or is killed outright (the child's parent-death signal).
     code = textwrap.dedent(f"""
         import os, signal, sys, time
-        from helpers.tensorboard import TensorBoard, scratch_directory
+        from helpers.inside.tensorboard import TensorBoard, scratch_directory
         logs = scratch_directory("nb06-test-", {str(tmp_path)!r})
         board = TensorBoard(logs).start()
         print(board.proc.pid, logs, flush=True)

@@ -1,4 +1,4 @@
-"""helpers/utilization.py: the neuron-monitor report parser on reports built from the documented
+"""helpers/inside/utilization.py: the neuron-monitor report parser on reports built from the documented
 schema (Neuron Monitor User Guide, v2.31.0), the monitor's stream read from a real process, and
 the stand-in's per-worker psutil readings of real busy processes."""
 import json
@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from helpers.utilization import (NEURON_MONITOR_DOCS, STAND_IN_SOURCE, NeuronMonitorSource,
+from helpers.inside.utilization import (NEURON_MONITOR_DOCS, STAND_IN_SOURCE, NeuronMonitorSource,
                                  ReportError, UtilizationMonitor, WorkerProcessSource,
                                  neuron_monitor_config, parse_neuron_monitor_report, source_for)
 

@@ -1,4 +1,4 @@
-"""make venv's three paths (helpers/venv_plan.py), decided from real directory layouts: a Neuron
+"""make venv's three paths (helpers/setup/venv_plan.py), decided from real directory layouts: a Neuron
 DLAMI venv made by `python -m venv` holding dist-info METADATA of the versions under test, a
 Neuron device node (a file here), or neither. The plans are checked down to the exact pip command
 lines; the DLAMI layering itself is built and run."""
@@ -12,8 +12,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from helpers import venv_plan
-from helpers.venv_plan import BASE_PTH, CPU_INDEX, Refusal, plan
+from helpers.setup import venv_plan
+from helpers.setup.venv_plan import BASE_PTH, CPU_INDEX, Refusal, plan
 from tests.paths import REPO_ROOT
 
 PIP = ["-m", "pip", "install", "--disable-pip-version-check"]
@@ -104,7 +104,7 @@ def test_a_dlami_venv_without_torch_xla_is_refused(tmp_path):
 
 def test_the_command_line_refuses_with_exit_status_2_and_the_message(tmp_path):
     base = fake_dlami(tmp_path, {**NEURON_2_31, "torch": "2.9.1+cpu"})
-    result = subprocess.run([sys.executable, "-m", "helpers.venv_plan", "--venv",
+    result = subprocess.run([sys.executable, "-m", "helpers.setup.venv_plan", "--venv",
                              str(tmp_path / ".venv"), "--dlami-venv", str(base), "--dry-run"],
                             cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and result.stdout == ""
@@ -200,7 +200,7 @@ def test_make_venv_hands_the_decision_to_the_planner():
     plan_lines = subprocess.run(["make", "-n", "--no-print-directory", "-B", "venv",
                                  "VENV=/tmp/not-made"], cwd=REPO_ROOT, capture_output=True,
                                 text=True, check=True).stdout.splitlines()
-    assert plan_lines[0] == ("python3 -m helpers.venv_plan --venv /tmp/not-made --python python3 "
+    assert plan_lines[0] == ("python3 -m helpers.setup.venv_plan --venv /tmp/not-made --python python3 "
                              '--dlami-venv "/opt/aws_neuronx_venv_pytorch_2_9"')
     assert "pip install" not in "\n".join(plan_lines)
 
@@ -208,7 +208,7 @@ def test_make_venv_hands_the_decision_to_the_planner():
 @pytest.mark.skipif(os.path.exists("/dev/neuron0") or os.path.exists(venv_plan.DLAMI_VENV),
                     reason="a Trainium host or a DLAMI: not the plain-PyPI machine")
 def test_this_checkout_s_venv_keeps_todays_plan():
-    out = subprocess.run([sys.executable, "-m", "helpers.venv_plan", "--venv", ".venv",
+    out = subprocess.run([sys.executable, "-m", "helpers.setup.venv_plan", "--venv", ".venv",
                           "--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True,
                          check=True).stdout.splitlines()
     assert out[0] == "path: pypi"

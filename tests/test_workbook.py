@@ -1,4 +1,4 @@
-"""helpers.workbook.setup(): the core-holder rule and the NeuronCores a notebook kernel takes,
+"""helpers.setup.notebook_kernel.setup(): the core-holder rule and the NeuronCores a notebook kernel takes,
 against /proc and /dev trees laid out as the kernel lays them out, with the backend choice
 replaced (no NeuronCore exists here)."""
 import os
@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-import helpers.workbook as workbook
-from helpers.core_holders import BUSY_CORE_MESSAGES, CORE_RULE
-from helpers.workbook import (NeuronCoresHeld, refuse_other_holders, remaining_cores, setup,
+import helpers.setup.notebook_kernel as workbook
+from helpers.setup.core_holders import BUSY_CORE_MESSAGES, CORE_RULE
+from helpers.setup.notebook_kernel import (NeuronCoresHeld, refuse_other_holders, remaining_cores, setup,
                               take_neuron_cores)
 from mnist_mlp.backend import Backend, parse_core_list
 from tests.proc_trees import KERNEL_CMDLINE, fake_process
@@ -160,7 +160,7 @@ def test_setup_on_the_stand_in_prints_only_the_summary(machine, monkeypatch, cap
 
 
 def test_the_instructor_pages_quote_the_one_busy_core_message_set():
-    """The busy-core messages are defined once (helpers.core_holders) and quoted, each with a
+    """The busy-core messages are defined once (helpers.setup.core_holders) and quoted, each with a
     source, on the instructor's pages; no page quotes a message no source shows."""
     from mnist_mlp.paths import REPO_ROOT
 
@@ -179,7 +179,7 @@ def test_commands_the_kernel_starts_get_the_cores_it_left(neuron_setup, monkeypa
     """setup() pins the kernel to core 0; a script it starts must not inherit that (the runtime
     refuses it core 0 while the kernel lives): it gets the cores the kernel left, while a
     user's own setting passes on."""
-    from helpers import processes
+    from helpers.launch import processes
 
     monkeypatch.setattr(processes, "KERNEL_ONLY", {})
     monkeypatch.setattr(workbook, "KERNEL_ONLY", processes.KERNEL_ONLY)
@@ -194,7 +194,7 @@ def test_commands_the_kernel_starts_get_the_cores_it_left(neuron_setup, monkeypa
 
 
 def test_a_users_core_setting_passes_on_to_commands(neuron_setup, monkeypatch):
-    from helpers import processes
+    from helpers.launch import processes
 
     monkeypatch.setattr(processes, "KERNEL_ONLY", {})
     monkeypatch.setattr(workbook, "KERNEL_ONLY", processes.KERNEL_ONLY)
@@ -214,7 +214,7 @@ def test_torchrun_workers_need_every_core_so_a_kernel_that_took_one_must_not_sta
     start. A kernel that took core 0 hands its children only core 1."""
     from torch_xla._internal.neuron_utils import remap_visible_cores
 
-    from helpers.processes import KERNEL_ONLY, child_environment
+    from helpers.launch.processes import KERNEL_ONLY, child_environment
 
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
     monkeypatch.setattr(workbook, "KERNEL_ONLY", KERNEL_ONLY)

@@ -10,7 +10,7 @@ backward on it afterwards fails an internal assert.
 One runtime for the whole session also means one in-memory graph cache: a test that counts the
 graphs its steps compile uses an input shape no other test uses (its own batch size, named at
 the test), so that no other test's graph is already there. Counters are read as differences
-(helpers.xla_metrics), never as totals of the process.
+(helpers.inside.lazy_metrics), never as totals of the process.
 """
 import functools
 import os

@@ -24,7 +24,7 @@ from helpers.cache.location import CompileCacheError, local_path, open_root
 from helpers.cache.plans import check_inside, compiler_processes, lock_is_stale, remove_inside
 from helpers.cache.scan import LOCK_STALE_AFTER_S, scan_cache
 from helpers.cache.units import human_bytes, iso_time, reason_dicts, report
-from mnist_mlp.checkpoint import UnwritableDirError, atomic_path
+from mnist_mlp.atomic_files import UnwritableDirError, atomic_path
 
 MANIFEST_NAME = "compile-cache-manifest.json"
 MANIFEST_FORMAT = "trainium-workbook/compile-cache-export/2"

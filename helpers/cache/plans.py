@@ -18,7 +18,7 @@ from helpers.cache.entry import Entry, layout_of, scan_entry
 from helpers.cache.location import CompileCacheError, installed_compiler_version, same_compiler_version
 from helpers.cache.scan import LOCK_STALE_AFTER_S, CacheScan
 from helpers.cache.units import SizeTotals, human_bytes, iso_time, reason_dicts, report
-from helpers.procfs import PROC_DIR, process_cmdline
+from helpers.launch.procfs import PROC_DIR, process_cmdline
 
 # Processes that compile into the cache: while one runs, no lock is called stale.
 COMPILER_PROCESS_NAMES = ("neuronx-cc", "neuron_parallel_compile", "neuron_cc_wrapper",

@@ -28,8 +28,8 @@ from typing import Callable, Sequence
 
 from helpers.cache.location import CompileCacheError, locate_cache
 from helpers.cache.scan import CacheScan, scan_cache
-from helpers.processes import RANK_PREFIX_TEMPLATE, free_port, run_streaming
-from helpers.torchrun import torchrun_argv
+from helpers.launch.processes import RANK_PREFIX_TEMPLATE, free_port, run_streaming
+from helpers.launch.torchrun import torchrun_argv
 from mnist_mlp.backend import check_worker_count, instance_type
 
 WRAPPER = "neuron_parallel_compile"

@@ -7,7 +7,7 @@ from helpers.cache.entry import STATES, Entry
 from helpers.cache.location import filesystem_type
 from helpers.cache.scan import CacheScan
 from helpers.cache.units import human_bytes, short_time
-from helpers.tables import text_table
+from helpers.show.tables import text_table
 
 FAILURE_LINES = 12  # of a stored failure, in `show`
 

@@ -3,7 +3,7 @@ import sys
 
 import torch
 
-from helpers.exercises import check_memorised_one_batch, check_steps_per_epoch
+from helpers.checks.exercises import check_memorised_one_batch, check_steps_per_epoch
 from mnist_mlp.data import make_loader
 from mnist_mlp.model import MLP
 

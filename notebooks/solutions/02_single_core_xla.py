@@ -7,8 +7,8 @@ backend = select_backend()  # before torch_xla loads, as in every script
 import torch  # noqa: E402
 import torch_xla  # noqa: E402
 
-from helpers.exercises import check_graph_count, check_recompile_trigger  # noqa: E402
-from helpers.xla_metrics import CompileMetricsRecorder  # noqa: E402
+from helpers.checks.exercises import check_graph_count, check_recompile_trigger  # noqa: E402
+from helpers.inside.lazy_metrics import CompileMetricsRecorder  # noqa: E402
 from mnist_mlp.data import make_loader  # noqa: E402
 from mnist_mlp.model import MLP  # noqa: E402
 

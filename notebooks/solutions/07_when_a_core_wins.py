@@ -3,7 +3,7 @@ import sys
 
 from torch import nn
 
-from helpers.exercises import check_step_flops
+from helpers.checks.exercises import check_step_flops
 from mnist_mlp.model import MLP
 
 # Exercise 1: per nn.Linear, forward in·out multiply-adds per image (2 FLOPs each); backward the

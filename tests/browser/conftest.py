@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.classroom import workbook_notebooks
-from helpers.graph_log import GraphDumps
+from helpers.classroom.commands import workbook_notebooks
+from helpers.classroom.graph_log import GraphDumps
 from tests.browser.find_browser import find_chromium, in_ci, profile_parent
 from tests.browser.lab_page import NotebookRun, open_page, run_notebook
 from tests.browser.lab_server import CHROMIUM_ARGS, LabServer, browser_problem, make_workspace

@@ -16,8 +16,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from helpers.classroom import RUN_OUTPUTS
-from helpers.processes import free_port, stop_process_tree
+from helpers.classroom.commands import RUN_OUTPUTS
+from helpers.launch.processes import free_port, stop_process_tree
 from tests.browser.find_browser import HOW_TO_GET_ONE, find_chromium, looked_at
 
 # Flags that work headless as root in a container (no sandbox, no GPU, nothing phoning home).

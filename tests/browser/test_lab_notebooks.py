@@ -10,7 +10,7 @@ import time
 import nbformat
 import pytest
 
-from helpers.classroom import workbook_notebooks
+from helpers.classroom.commands import workbook_notebooks
 from tests.browser.conftest import SCREENSHOTS, shut_down_kernel
 from tests.browser.lab_page import WIDGET_ERROR, WIDGET_LOADING, open_page, run_notebook
 from tests.browser.widget_clicks import (click_through_cache_browser, click_through_flags_editor,
@@ -119,6 +119,7 @@ def test_flags_editor_tick_and_apply(notebook_runs):
     assert applied and seen["flag"] in applied[-1].split(), seen["message"]
 
 
+@pytest.mark.ends_kernels
 @pytest.mark.parametrize("notebook", [p.name for p in NOTEBOOKS])
 def test_notebook_runs_clean_in_jupyterlab(notebook_runs, notebook):
     run = notebook_runs.get(notebook)

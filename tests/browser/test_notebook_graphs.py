@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.classroom import workbook_notebooks
-from helpers.expected import expected
-from helpers.graph_record import (RECORD, REGENERATE, describe_uncovered, kernel_backend,
+from helpers.classroom.commands import workbook_notebooks
+from helpers.checks.expected import expected
+from helpers.classroom.graph_record import (RECORD, REGENERATE, describe_uncovered, kernel_backend,
                                   read_record, uncovered)
 from tests.browser.conftest import kernel_env
 from tests.paths import REPO_ROOT

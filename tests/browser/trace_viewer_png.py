@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from helpers.tensorboard import TensorBoard, trace_viewer_path
+from helpers.inside.tensorboard import TensorBoard, trace_viewer_path
 from tests.browser.conftest import CHROMIUM_ARGS
 from tests.browser.find_browser import HOW_TO_GET_ONE, find_chromium
 from tests.paths import REPO_ROOT

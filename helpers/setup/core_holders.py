@@ -8,7 +8,7 @@ configuration guide, 2.31). torch-xla 2.9 narrows that only for the processes to
 launcher starts (torch_xla/_internal/neuron.py sets NEURON_RT_VISIBLE_CORES to the worker's
 LOCAL_RANK there), never for a plain process such as a notebook kernel; torch-neuronx, which takes
 over start-up when installed, is not public code, so the workbook relies on neither default and
-sets NEURON_RT_VISIBLE_CORES itself (helpers.workbook.setup).
+sets NEURON_RT_VISIBLE_CORES itself (helpers.setup.notebook_kernel.setup).
 
 Opening /dev/neuron* is not always holding a core: neuron-ls, neuron-top and neuron-monitor open
 the device to read it (`neuron-ls --show-all-procs` lists them with runtime version NA). A
@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.procfs import PROC_DIR, process_cmdline
+from helpers.launch.procfs import PROC_DIR, process_cmdline
 
 NEURON_DEVICE = re.compile(r"neuron\d+")
 # How a Jupyter kernel's command line looks (JupyterLab, Notebook, VS Code all start this module).

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers.tables import text_table
+from helpers.show.tables import text_table
 from mnist_mlp.data import TRAIN_IMAGES
 from mnist_mlp.paths import default_checkpoint_dir
 from mnist_mlp.precision import PRECISIONS

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.cost import TUTORIAL_BATCH, load_cost_data
+from helpers.show.cost import TUTORIAL_BATCH, load_cost_data
 from mnist_mlp.model import MLP
 
 TUTORIAL_WIDTHS = (120, 84)

@@ -12,7 +12,7 @@ import shlex
 import sys
 from typing import Callable, Mapping, Sequence
 
-from helpers.processes import (ERROR_TAIL_LINES, RANK_PREFIX_TEMPLATE, RunResult, _last_lines,
+from helpers.launch.processes import (ERROR_TAIL_LINES, RANK_PREFIX_TEMPLATE, RunResult, last_lines,
                                free_port, lines_by_rank, run_streaming)
 from mnist_mlp.backend import check_worker_count, instance_type
 
@@ -48,7 +48,7 @@ def torchrun_failure_summary(lines: list[str]) -> str:
     start = next((i for i, line in enumerate(lines)
                   if "Root Cause (first observed failure)" in line), None)
     if start is None:
-        return _last_lines(lines)
+        return last_lines(lines)
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("====")),
                len(lines))
     block = lines[start:end]
@@ -245,7 +245,7 @@ def run_nodes(script: str | os.PathLike, script_args: Sequence[str] = (), *,
     import shlex
     import time
 
-    from helpers.processes import CommandFailed, CommandTimedOut, start_streamed, stop_process_tree
+    from helpers.launch.processes import CommandFailed, CommandTimedOut, start_streamed, stop_process_tree
 
     if timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")

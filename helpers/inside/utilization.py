@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from helpers.processes import stop_process_tree
+from helpers.launch.processes import stop_process_tree
 
 # neuron-monitor's configuration (Neuron Monitor User Guide, v2.31.0): every Neuron runtime on
 # the host, a report each second, the metric groups this widget reads.

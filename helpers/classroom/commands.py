@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from helpers.tables import text_table
+from helpers.show.tables import text_table
 from mnist_mlp.paths import REPO_ROOT
 
 # What `reset` removes besides restoring the notebooks: what runs wrote, all git-ignored.
@@ -146,7 +146,7 @@ def execute_in_place(path: Path, env: dict[str, str], timeout: float = 900) -> N
 @dataclass
 class GraphPass:
     """One pass through the workbook: the graphs each notebook (with what it started) compiled."""
-    graphs: dict[str, set]  # item_name -> fingerprints (helpers.graph_log)
+    graphs: dict[str, set]  # item_name -> fingerprints (helpers.classroom.graph_log)
     seconds: dict[str, float]
 
     @property
@@ -167,11 +167,11 @@ def graph_pass(repo: Path, workdir: Path, *, notebooks: list[Path] | None = None
                solutions: list[Path] | None = None, extra_env: dict[str, str] | None = None,
                in_place: bool = False, on_line: Callable[[str], object] = print) -> GraphPass:
     """Execute every notebook (then every exercise solution) with each compiled graph's HLO
-    dumped (helpers.graph_log). A student's pass (the default) runs copies in memory, its
+    dumped (helpers.classroom.graph_log). A student's pass (the default) runs copies in memory, its
     checkpoints in workdir; in_place is `make notebooks`: nbconvert saves each notebook, this
     environment as it is."""
-    from helpers.graph_log import GraphDumps
-    from helpers.processes import run_streaming, venv_bin_first
+    from helpers.classroom.graph_log import GraphDumps
+    from helpers.launch.processes import run_streaming, venv_bin_first
 
     notebooks = workbook_notebooks(repo) if notebooks is None else notebooks
     scripts = workbook_solutions(repo) if solutions is None else solutions
@@ -237,7 +237,7 @@ def record_notebooks(repo: Path = REPO_ROOT, *, notebooks: list[Path] | None = N
                      on_line: Callable[[str], object] = print) -> int:
     """`make notebooks`: re-execute the notebooks in place, in order, then the exercise
     solutions, and write the graphs they compiled into the committed record."""
-    from helpers.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
+    from helpers.classroom.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
 
     record = record or repo / "notebooks" / "classroom_graphs.json"
     backend = kernel_backend()
@@ -274,7 +274,7 @@ def build_classroom_cache(archive: Path, *, repo: Path = REPO_ROOT, backend: str
     """
     from helpers.cache import flags
     from helpers.cache.cli import main as cache_cli
-    from helpers.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
+    from helpers.classroom.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
 
     backend = backend or kernel_backend()
     on_neuron = backend == "neuron"
@@ -319,7 +319,7 @@ def build_classroom_cache(archive: Path, *, repo: Path = REPO_ROOT, backend: str
 
 def check_pass(done: GraphPass, record, path: Path, on_line: Callable[[str], object] = print) -> int:
     """Compare a student's pass with the record of its backend (a GraphRecord)."""
-    from helpers.graph_record import describe_uncovered, uncovered
+    from helpers.classroom.graph_record import describe_uncovered, uncovered
 
     missing = uncovered(done.graphs, record)
     if missing:
@@ -348,7 +348,7 @@ def check_cache(before: set[str], cache: Path, on_line: Callable[[str], object] 
 def run_check(record_path: Path, on_line: Callable[[str], object] = print) -> int:
     """`make classroom-check`: a student's pass, against the record of this machine's backend;
     on Trainium also against the compile cache itself (what the pass compiled into it)."""
-    from helpers.graph_record import kernel_backend, read_record
+    from helpers.classroom.graph_record import kernel_backend, read_record
 
     backend = kernel_backend()
     record = read_record(backend, record_path)
@@ -371,9 +371,9 @@ def run_check(record_path: Path, on_line: Callable[[str], object] = print) -> in
 
 
 def main(argv=None) -> int:
-    from helpers.graph_record import RECORD
+    from helpers.classroom.graph_record import RECORD
 
-    parser = argparse.ArgumentParser(prog="python -m helpers.classroom", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m helpers.classroom.commands", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     reset_cmd = commands.add_parser("reset", help="notebooks as committed, run outputs removed")
@@ -392,7 +392,7 @@ def main(argv=None) -> int:
     if args.command == "reset":
         return reset(yes=args.yes, ask=input if sys.stdin.isatty() and not args.yes else None)
     from helpers.cache.location import CompileCacheError
-    from helpers.processes import CommandError
+    from helpers.launch.processes import CommandError
 
     name = "notebooks" if args.command == "notebooks" else f"classroom-{args.command}"
     try:

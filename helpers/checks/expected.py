@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mnist_mlp.precision import PRECISIONS
+
 DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/"
 MLP_TUTORIAL = DOCS + "frameworks/torch/torch-neuronx/tutorials/training/mlp.html"
 DEV_GUIDE = (DOCS + "frameworks/torch/torch-neuronx/programming-guide/training/"
@@ -22,7 +24,6 @@ PARALLEL_COMPILE = (DOCS + "frameworks/torch/torch-neuronx/api-reference-guide/t
 RUNTIME_CONFIG = DOCS + "neuron-runtime/guides/configuration-guide.html"
 STAND_IN = "measured on the CPU stand-in (PJRT_DEVICE=CPU, torch-xla 2.9.0); tests/test_expected.py"
 BACKENDS = ("neuron", "xla-cpu", "cpu")
-BF16_MODES = ("fp32", "bf16", "bf16-sr", "bf16-master", "autocast")
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ _NEURON_TRAIN_GRAPHS = Fact(frozenset({1, 2}), f"{MLP_TUTORIAL} (its train.py lo
 
 _XLA_CPU = _facts(
     train_graphs=Fact(frozenset({1}), STAND_IN),
-    bf16_graphs=Fact({mode: frozenset({1}) for mode in BF16_MODES}, STAND_IN),
+    bf16_graphs=Fact({mode: frozenset({1}) for mode in PRECISIONS}, STAND_IN),
     trial_graphs=Fact(frozenset({1}), STAND_IN),
     cache_layouts=Fact(frozenset({"xla"}), "torch-xla's own persistent cache "
                        "(torch_xla.runtime.initialize_cache); " + STAND_IN),
@@ -68,7 +69,7 @@ _XLA_CPU = _facts(
 
 _NEURON = _facts(
     train_graphs=_NEURON_TRAIN_GRAPHS,
-    bf16_graphs=Fact({mode: frozenset({1, 2}) for mode in BF16_MODES},
+    bf16_graphs=Fact({mode: frozenset({1, 2}) for mode in PRECISIONS},
                      f"{MLP_TUTORIAL}: as train.py, one loop per mode", inferred=True),
     trial_graphs=_NEURON_TRAIN_GRAPHS,
     cache_layouts=Fact(frozenset({"neuronxcc", "legacy"}), f"{CACHING}: neuronxcc-<version>/"
@@ -96,7 +97,7 @@ _NEURON = _facts(
 _CPU = {**_XLA_CPU,
         "train_graphs": Fact(frozenset({0}), "plain PyTorch traces no graphs"),
         "trial_graphs": Fact(frozenset({0}), "plain PyTorch traces no graphs"),
-        "bf16_graphs": Fact({mode: frozenset({0}) for mode in BF16_MODES},
+        "bf16_graphs": Fact({mode: frozenset({0}) for mode in PRECISIONS},
                             "plain PyTorch traces no graphs")}
 
 _TABLE = {"neuron": _NEURON, "xla-cpu": _XLA_CPU, "cpu": _CPU}
@@ -112,7 +113,7 @@ class Expected:
         facts = self.__dict__.get("facts", {})
         if name in facts:
             return facts[name].value
-        raise AttributeError(f"helpers.expected has no quantity {name!r}; known: "
+        raise AttributeError(f"helpers.checks.expected has no quantity {name!r}; known: "
                              f"{', '.join(sorted(facts))} (add it, with its source, there)")
 
     def source(self, name: str) -> str:
@@ -157,7 +158,7 @@ def expected(backend) -> Expected:
 def add_quantity(name: str, *, neuron: Fact, xla_cpu: Fact, cpu: Fact | None = None) -> None:
     """Register one more backend-dependent quantity (cpu defaults to the stand-in's fact)."""
     if name in _XLA_CPU:
-        raise ValueError(f"quantity {name!r} is already defined in helpers/expected.py")
+        raise ValueError(f"quantity {name!r} is already defined in helpers/checks/expected.py")
     _NEURON[name], _XLA_CPU[name], _CPU[name] = neuron, xla_cpu, cpu or xla_cpu
 
 
@@ -168,7 +169,7 @@ add_quantity(
     neuron=Fact("neuron-monitor", f"{_MONITOR_GUIDE}: neuroncore_counters.neuroncores_in_use"
                 "[<core>].neuroncore_utilization and memory_used per Neuron runtime"),
     xla_cpu=Fact("psutil", "no NeuronCore to measure: each torchrun worker's CPU % and RSS "
-                 "(helpers/utilization.py)"))
+                 "(helpers/inside/utilization.py)"))
 add_quantity(
     "runs_neuron_tools",
     neuron=Fact(True, DOCS + "tools/neuron-explorer/how-to-profile-workload.html"),
@@ -184,7 +185,7 @@ add_quantity(
     xla_cpu=Fact(frozenset({0}), f"{_EAGER_DOC}: per-op compiles count as EagerOp* metrics, not "
                  "as step graphs; " + STAND_IN))
 
-# --- The classroom cache's graph record (helpers/graph_record.py) ------------------------------
+# --- The classroom cache's graph record (helpers/classroom/graph_record.py) ------------------------------
 add_quantity(
     "graph_record",
     neuron=Fact(None, f"{CACHING}: the cache keeps one neuronxcc-<version>/MODULE_<hash>+<flags>/ "
@@ -194,4 +195,4 @@ add_quantity(
                 "notebooks` there writes a neuron record only where it dumps HLO, and `make "
                 "classroom-check` checks a pass against the compile cache itself", inferred=True),
     xla_cpu=Fact("notebooks/classroom_graphs.json", "fingerprints of each graph's HLO before "
-                 "optimization (helpers/graph_log.py), the same on every machine; " + STAND_IN))
+                 "optimization (helpers/classroom/graph_log.py), the same on every machine; " + STAND_IN))

@@ -5,9 +5,9 @@ import dataclasses
 import os
 from pathlib import Path
 
-from helpers.core_holders import CORE_RULE, DeviceHolder, holders_message, neuron_device_holders
-from helpers.processes import KERNEL_ONLY, venv_bin_first
-from helpers.procfs import PROC_DIR
+from helpers.setup.core_holders import CORE_RULE, DeviceHolder, holders_message, neuron_device_holders
+from helpers.launch.processes import KERNEL_ONLY, venv_bin_first
+from helpers.launch.procfs import PROC_DIR
 from mnist_mlp.backend import (DEV_DIR, Backend, parse_core_list, select_backend,
                                visible_neuron_cores)
 from mnist_mlp.startup import freeze_startup_objects
@@ -90,7 +90,7 @@ def setup(xla: bool = True, data: bool = True, neuron_cores: str | None = "0") -
 
     Why explicit: by default the Neuron runtime reserves every NeuronCore it can see for the
     process that starts it, and torch-xla narrows that only for torchrun's workers
-    (helpers.core_holders.CORE_RULE, cited in docs/sources.md).
+    (helpers.setup.core_holders.CORE_RULE, cited in docs/sources.md).
     """
     # The kernel's own PATH too: torch-neuronx runs `neuronx-cc` by name when it compiles, and a
     # kernel started outside `make lab` may not have the venv's bin/ on PATH.

@@ -21,7 +21,7 @@ Three paths, decided here (and nowhere else) from what is on disk:
 * pypi: anywhere else (a laptop, CI): a fresh venv and everything from PyPI, as it always was.
 
 Standard library only, and it never imports torch: the Makefile runs it with the system python
-before any venv exists. `python3 -m helpers.venv_plan --venv .venv --dry-run` prints the plan.
+before any venv exists. `python3 -m helpers.setup.venv_plan --venv .venv --dry-run` prints the plan.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_2_9"
 NEURON_DEVICE = "/dev/neuron0"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"

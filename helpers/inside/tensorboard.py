@@ -16,7 +16,6 @@ import gzip
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,8 @@ import urllib.request
 import weakref
 from pathlib import Path
 
-from helpers.processes import free_port, stop_process_tree
+from helpers.launch.processes import free_port, stop_process_tree
+from mnist_mlp import child_process
 from mnist_mlp.observe import LOSS_TAG, STEP_TRACE_NAME  # noqa: F401  (what the scripts write)
 
 # What %tensorboard embeds when this is set (%PORT% is replaced by its port): through the
@@ -59,13 +59,6 @@ def scratch_directory(prefix: str, parent=None) -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec (Linux only)
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -106,9 +99,7 @@ class TensorBoard:
             return self
         self.logdir.mkdir(parents=True, exist_ok=True)
         self._log = tempfile.TemporaryFile(mode="w+", prefix="tensorboard-")
-        self.proc = subprocess.Popen(
-            self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        self.proc = child_process.start(self.command(), stdout=self._log)  # dies with the kernel
         self._finalizer = weakref.finalize(self, _stop, self.proc)
         atexit.register(self._finalizer)
         deadline = time.monotonic() + timeout

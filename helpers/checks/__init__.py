@@ -1,9 +1,13 @@
-"""One-line checks for the notebooks: print what holds, in words a learner reads, or raise.
+"""Checks in every notebook: `check()` below, the expected values per backend (expected) and the
+exercises' checks (exercises). Imports mnist_mlp and the other helpers packages, which never
+import it.
+
+One-line checks for the notebooks: print what holds, in words a learner reads, or raise.
 
 A notebook cell ends with `check("test accuracy", results.test_accuracy, ">=", 0.92)` instead of
 an `assert`: it prints `✓ test accuracy 0.9305 ≥ 0.92` and raises `CheckFailed` (an
 AssertionError, so nbval and Run All stop on it) with `✗ …` and the hint when it does not hold.
-Expected values come from helpers/expected.py, never a literal measured on one backend.
+Expected values come from helpers/checks/expected.py, never a literal measured on one backend.
 """
 from __future__ import annotations
 

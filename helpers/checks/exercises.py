@@ -69,14 +69,14 @@ def _judge_steps(name: str, predicted, measured: int, hint: str, *, right: str,
 
 def check_steps_per_epoch(predicted, batch_size: int, data_dir=None) -> Feedback:
     """01, exercise 1: training steps in one epoch at `batch_size`, measured on the real loader."""
-    from mnist_mlp.data import make_loader
+    from mnist_mlp.data import TRAIN_IMAGES, make_loader
 
     name = "Exercise 01.1 (steps per epoch)"
     loader = make_loader("fast", data_dir, train=True, batch_size=batch_size, seed=0)
     measured = len(loader)
-    hint = (f"60,000 training images in batches of {batch_size}; the last batch may be short "
-            "(the CPU loader keeps it): round up.")
-    ragged = 60_000 % batch_size
+    hint = (f"{TRAIN_IMAGES:,} training images in batches of {batch_size}; the last batch may be "
+            "short (the CPU loader keeps it): round up.")
+    ragged = TRAIN_IMAGES % batch_size
     tail = f" (the last one holds {ragged} images)" if ragged else ""
     return _judge_steps(name, predicted, measured, hint,
                         right=f"{measured} steps of up to {batch_size} images{tail}.",
@@ -392,7 +392,7 @@ def check_logged_scalars(logdir, tag: str, values: list[float]) -> Feedback:
 
 def check_step_flops(predicted, batch: int, widths: tuple[int, ...]) -> Feedback:
     """07, exercise 1: the FLOPs of one training step's matrix products for MLP(layers=widths)."""
-    from helpers.payoff import matmul_flops
+    from helpers.inside.payoff import matmul_flops
 
     name = "Exercise 07.1 (count a step's FLOPs)"
     exact = matmul_flops(batch, widths)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mnist_mlp.data import TRAIN_IMAGES
 
-COST_DATA = Path(__file__).with_name("data") / "trn1_costs.json"
+COST_DATA = Path(__file__).parents[1] / "data" / "trn1_costs.json"
 TUTORIAL_BATCH = 32  # the tutorial's and the scripts' batch size
 
 
@@ -103,7 +103,7 @@ def stand_in_epoch_times(results: dict) -> str:
 
 
 def format_cost_rows(rows: list[dict]) -> str:
-    from helpers.tables import text_table
+    from helpers.show.tables import text_table
 
     return text_table([[r["what"], r["instance"], f"{r['throughput_it_s']:.0f}",
                         f"{r['epoch_s']:.1f} s", r["rate"], f"${r['usd_per_epoch']:.4f}"]

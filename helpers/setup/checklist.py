@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 import ipywidgets as widgets
 
-from helpers.neuron_env import CheckResult
+from helpers.setup.environment_checks import CheckResult
 
 OK_COLOUR = "#1a7f37"
 FAIL_COLOUR = "#cf222e"

@@ -1,11 +1,11 @@
 """Is this machine ready for the workbook? Setup checks for notebook 00, each one a plain function.
 
 Every check returns a CheckResult: ok or not, what it found, and the fix when it is not ok.
-helpers.checklist renders a list of them (notebook 00 ends with it).
+helpers.setup.checklist renders a list of them (notebook 00 ends with it).
 
 The classic Trainium surprise is here too: the Neuron runtime reserves its NeuronCores when a
 process starts it, until that process exits, and the usual holder is another notebook's kernel.
-helpers.core_holders finds who: processes with /dev/neuron* open, monitors (neuron-top, neuron-ls,
+helpers.setup.core_holders finds who: processes with /dev/neuron* open, monitors (neuron-top, neuron-ls,
 neuron-monitor) left out, with the NEURON_RT_VISIBLE_CORES each started with.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from mnist_mlp.backend import (DEV_DIR, INFERRED_WORKER_COUNTS, SUPPORTED_WORKER_COUNTS, Backend,
                              instance_type, visible_neuron_cores)
-from helpers.core_holders import (JUPYTER_KERNEL, NEURON_DEVICE, DeviceHolder,  # noqa: F401
+from helpers.setup.core_holders import (JUPYTER_KERNEL, NEURON_DEVICE, DeviceHolder,  # noqa: F401
                                   HolderScan, busy_core_messages_text, neuron_device_holders)
 from mnist_mlp.paths import REPO_ROOT, repo_relative as shown_path
 
@@ -360,7 +360,7 @@ def check_tools_on_path(python: str = sys.executable, path: str | None = None) -
     for tool in ours:
         found = shutil.which(tool, path=path)
         if found is None and tool not in NEEDED_BY_NAME:
-            started_by_us.append(tool)  # helpers.processes puts the venv's bin/ first for these
+            started_by_us.append(tool)  # helpers.launch.processes puts the venv's bin/ first for these
         elif found is None or Path(found).resolve() != (bin_dir / tool).resolve():
             wrong.append(f"`{tool}` is {found or 'not found'}")
         else:

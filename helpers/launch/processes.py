@@ -21,6 +21,8 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
+from mnist_mlp import child_process
+
 # torchrun's own per-rank line prefix, global rank (so two nodes' ranks differ too).
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
@@ -29,7 +31,7 @@ STOP_GRACE_S = 5.0
 # How many of a failing command's last lines go into the exception when there is no summary.
 ERROR_TAIL_LINES = 25
 # Variables this process set for itself alone, and what a command it starts gets instead (None:
-# left unset). helpers.workbook.setup pins the kernel to NEURON_RT_VISIBLE_CORES=0; a script the
+# left unset). helpers.setup.notebook_kernel.setup pins the kernel to NEURON_RT_VISIBLE_CORES=0; a script the
 # kernel starts gets the cores the kernel left (1 on a trn1.2xlarge), since the runtime would
 # refuse it core 0 while the kernel lives.
 KERNEL_ONLY: dict[str, str | None] = {}
@@ -107,13 +109,12 @@ def _pump_lines(stream: io.TextIOBase, sink: queue.Queue, tag=None) -> None:
 def start_streamed(cmd: Sequence[str], sink: queue.Queue, tag, *,
                    env: Mapping[str, str] | None = None,
                    cwd: str | os.PathLike | None = None) -> subprocess.Popen:
-    """Start `cmd` in a session of its own (as run_streaming does); a reader thread puts each
+    """Start `cmd` as run_streaming does (mnist_mlp.child_process.start: a session of its own, and
+    SIGTERM when this process dies); a reader thread puts each
     of its output lines into sink as (tag, line), then (tag, None) when its output closes."""
     full_env = child_environment(env)
     full_env["PATH"] = venv_bin_first(full_env.get("PATH"))
-    proc = subprocess.Popen([os.fspath(c) for c in cmd], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
-                            cwd=cwd, start_new_session=True)
+    proc = child_process.start(cmd, env=full_env, cwd=cwd)
     stream = io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace", newline="")
     threading.Thread(target=_pump_lines, args=(stream, sink, tag), daemon=True).start()
     return proc
@@ -181,9 +182,7 @@ def run_streaming(cmd: Sequence[str], *, timeout: float, env: Mapping[str, str] 
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
     full_env = child_environment(env)
     full_env["PATH"] = venv_bin_first(full_env.get("PATH"))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,
-                            start_new_session=True)
+    proc = child_process.start(cmd, env=full_env, cwd=cwd)
     stream = io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace", newline="")
     sink: queue.Queue = queue.Queue()
     reader = threading.Thread(target=_pump_lines, args=(stream, sink), daemon=True)
@@ -223,14 +222,14 @@ def run_streaming(cmd: Sequence[str], *, timeout: float, env: Mapping[str, str] 
                               summary="\n".join(lines[-ERROR_TAIL_LINES:]))
     reader.join(timeout=1)
     if proc.returncode != 0 and check:
-        summary = (failure_summary or _last_lines)(lines)
+        summary = (failure_summary or last_lines)(lines)
         raise CommandFailed(f"Command failed with exit code {proc.returncode}: {shlex.join(cmd)}\n"
                             f"{summary}", cmd=cmd, returncode=proc.returncode, lines=lines,
                             summary=summary)
     return RunResult(cmd=cmd, returncode=proc.returncode, lines=lines)
 
 
-def _last_lines(lines: list[str]) -> str:
+def last_lines(lines: list[str]) -> str:
     return "\n".join(lines[-ERROR_TAIL_LINES:])
 
 

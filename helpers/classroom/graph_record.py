@@ -1,5 +1,5 @@
 """The committed record of every graph the workbook compiles, per backend:
-notebooks/classroom_graphs.json, fingerprints (helpers/graph_log.py) per notebook and per
+notebooks/classroom_graphs.json, fingerprints (helpers/classroom/graph_log.py) per notebook and per
 exercise solution.
 
 `make notebooks` writes it (and `make classroom-cache`); `make test` asserts that every graph its
@@ -22,7 +22,7 @@ REGENERATE = ("run `make notebooks` (it re-executes the notebooks in place, then
               "solution, and rewrites notebooks/classroom_graphs.json), commit the record, and "
               "rebuild the classroom cache (`make classroom-cache` on a trn1)")
 ABOUT = ("Fingerprints of the HLO of every XLA graph each notebook and exercise solution compiles "
-         "(helpers/graph_log.py), per backend. Written by `make notebooks` and `make "
+         "(helpers/classroom/graph_log.py), per backend. Written by `make notebooks` and `make "
          "classroom-cache`; `make test` fails on a graph outside it.")
 
 
