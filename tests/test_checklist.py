@@ -5,7 +5,7 @@ from datetime import datetime
 import pytest
 
 from helpers.setup.checklist import FAIL_COLOUR, OK_COLOUR, Checklist, summary_html
-from helpers.setup.environment_checks import CheckResult
+from helpers.setup.checklist import CheckResult
 
 SUMMARY = re.compile(r"checked at (\d\d:\d\d:\d\d): (\d+) of (\d+) OK")
 

@@ -10,7 +10,7 @@ import pytest
 from helpers.cache.demo import build_demo_cache
 from helpers.cache.location import CACHE_URL_ENV
 from helpers.cache.scan import scan_cache
-from helpers.classroom.commands import reset
+from helpers.classroom.reset import reset
 from tests.paths import REPO_ROOT
 
 STAMP = ".venv/.requirements-stamp"  # make -o: do not re-install the venv inside a test
@@ -170,7 +170,7 @@ def test_make_test_installs_the_browser_before_pytest():
 
 def test_on_trainium_the_check_counts_the_graphs_a_pass_compiled_into_the_cache(tmp_path):
     from helpers.cache.demo import DEMO_ENTRIES
-    from helpers.classroom.commands import check_cache, done_entries
+    from helpers.classroom.notebook_pass import check_cache, done_entries
 
     imported = build_demo_cache(tmp_path / "imported", labels=["done_hex"])
     after = build_demo_cache(tmp_path / "after", labels=["done_hex", "done_big", "failed"])
@@ -185,7 +185,7 @@ def test_on_trainium_the_check_counts_the_graphs_a_pass_compiled_into_the_cache(
 
 def test_a_full_notebooks_pass_forgets_earlier_results_and_keeps_the_checkpoints(tmp_path):
     # Stage comparisons print every results file: a stale one would be committed with them.
-    from helpers.classroom.commands import forget_earlier_results
+    from helpers.classroom.notebook_pass import forget_earlier_results
 
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()

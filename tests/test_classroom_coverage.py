@@ -8,7 +8,7 @@ import sys
 import nbformat
 import pytest
 
-from helpers.classroom.commands import build_classroom_cache, check_pass, graph_pass, record_notebooks
+from helpers.classroom.notebook_pass import build_classroom_cache, check_pass, graph_pass, record_notebooks
 from helpers.classroom.graph_log import GraphDumps, hlo_dump_env, read_fingerprints
 from helpers.classroom.graph_record import describe_uncovered, read_record, uncovered
 from helpers.launch.processes import run_streaming

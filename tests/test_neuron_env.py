@@ -9,11 +9,14 @@ import pytest
 from mnist_mlp.backend import Backend
 from helpers.setup.checklist import FAIL_COLOUR, OK_COLOUR, Checklist
 from mnist_mlp.mnist_files import IDX_MD5, default_data_dir
-from helpers.setup.environment_checks import (FREE_CORES_FIX, CheckResult, DeviceHolder, check_backend,
-                                check_compile_cache, check_mnist, check_neuron_cores_free,
-                                check_neuron_cores_visible, check_pins, check_platform,
-                                check_neuron_tools, check_tools_on_path, check_torchrun, neuron_device_holders,
-                                read_os_release, shown_path)
+from helpers.setup.checklist import CheckResult
+from helpers.setup.core_holders import DeviceHolder, neuron_device_holders
+from helpers.setup.environment_checks import (FREE_CORES_FIX, check_backend, check_compile_cache,
+                                              check_mnist, check_neuron_cores_free,
+                                              check_neuron_cores_visible, check_neuron_tools,
+                                              check_tools_on_path, check_torchrun)
+from helpers.setup.platform_checks import check_pins, check_platform, read_os_release
+from mnist_mlp.paths import repo_relative as shown_path
 from mnist_mlp.paths import REPO_ROOT
 from tests.proc_trees import KERNEL_CMDLINE, fake_process
 

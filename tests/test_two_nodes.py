@@ -1,4 +1,4 @@
-"""Two torchrun "nodes" on the loopback address (helpers.launch.torchrun.run_nodes): the real
+"""Two torchrun "nodes" on the loopback address (helpers.launch.nodes.run_nodes): the real
 train_torchrun.py, one worker per node, against two workers on one node (the session's
 "torchrun x2 trial" run, tests/script_runs.py); and a node whose partner never comes stops in
 bounded time, naming the missing node."""
@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from helpers.launch.processes import CommandFailed
-from helpers.launch.torchrun import missing_node_message, run_nodes, side_by_side, torchrun_argv
+from helpers.launch.nodes import missing_node_message, run_nodes, side_by_side
+from helpers.launch.torchrun import torchrun_argv
 from tests.paths import REPO_ROOT
 from tests.script_runs import TRIAL_STEPS
 

@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import html
 from datetime import datetime
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 import ipywidgets as widgets
 
-from helpers.setup.environment_checks import CheckResult
+
+class CheckResult(NamedTuple):
+    item: str  # what was checked, e.g. "NeuronCores free"
+    ok: bool
+    message: str  # what the check found
+    fix: str  # what to do when not ok ("" when ok)
+
 
 OK_COLOUR = "#1a7f37"
 FAIL_COLOUR = "#cf222e"

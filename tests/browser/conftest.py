@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.classroom.commands import workbook_notebooks
+from helpers.classroom.notebook_pass import workbook_notebooks
 from helpers.classroom.graph_log import GraphDumps
 from tests.browser.find_browser import find_chromium, in_ci, profile_parent
 from tests.browser.lab_page import NotebookRun, open_page, run_notebook

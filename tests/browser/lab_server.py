@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from helpers.classroom.commands import RUN_OUTPUTS
+from helpers.classroom.reset import RUN_OUTPUTS
 from helpers.launch.processes import free_port, stop_process_tree
 from tests.browser.find_browser import HOW_TO_GET_ONE, find_chromium, looked_at
 

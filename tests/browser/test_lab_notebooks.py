@@ -10,7 +10,7 @@ import time
 import nbformat
 import pytest
 
-from helpers.classroom.commands import workbook_notebooks
+from helpers.classroom.notebook_pass import workbook_notebooks
 from tests.browser.conftest import SCREENSHOTS, shut_down_kernel
 from tests.browser.lab_page import WIDGET_ERROR, WIDGET_LOADING, open_page, run_notebook
 from tests.browser.widget_clicks import (click_through_cache_browser, click_through_flags_editor,

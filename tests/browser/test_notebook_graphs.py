@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.classroom.commands import workbook_notebooks
+from helpers.classroom.notebook_pass import workbook_notebooks
 from helpers.checks.expected import expected
 from helpers.classroom.graph_record import (RECORD, REGENERATE, describe_uncovered, kernel_backend,
                                   read_record, uncovered)

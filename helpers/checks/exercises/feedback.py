@@ -1,0 +1,66 @@
+"""What every exercise check returns: Feedback, and the helpers the checks share.
+
+Each check measures the truth itself (a real loader, real compile counts, real BF16 arithmetic)
+and returns Feedback: "Not yet" with a hint while the exercise is untouched (the committed
+state), "Not quite" with a hint when the answer is wrong, "Correct" with why. A check never
+raises on a learner's answer, so an unfinished exercise never stops Run All.
+"""
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+
+NOT_YET, WRONG, RIGHT = "Not yet", "Not quite", "Correct"
+_COLOURS = {NOT_YET: "#57606a", WRONG: "#9a6700", RIGHT: "#1a7f37"}
+
+
+@dataclass(frozen=True)
+class Feedback:
+    exercise: str
+    verdict: str  # NOT_YET, WRONG or RIGHT
+    message: str
+    hint: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == RIGHT
+
+    def __str__(self) -> str:
+        text = f"{self.exercise} - {self.verdict}: {self.message}"
+        return text + (f"\nHint: {self.hint}" if self.hint and not self.ok else "")
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        colour = _COLOURS[self.verdict]
+        hint = (f"<div><b>Hint:</b> {html.escape(self.hint)}</div>"
+                if self.hint and not self.ok else "")
+        return (f'<div style="border-left:6px solid {colour};padding:4px 10px">'
+                f'<b>{html.escape(self.exercise)}</b> · <b style="color:{colour}">{self.verdict}</b>: '
+                f'{html.escape(self.message)}{hint}</div>')
+
+
+def number(value) -> float | None:
+    """The learner's answer as a number, or None when it is not one (still a placeholder)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def judge_steps(name: str, predicted, measured: int, hint: str, *, right: str,
+                 wrong: str) -> Feedback:
+    """A predicted step count against the measured one."""
+    guess = number(predicted)
+    if guess is None:
+        return Feedback(name, NOT_YET, "set predicted_steps to your prediction, then run this cell.",
+                        hint)
+    if guess == measured:
+        return Feedback(name, RIGHT, right)
+    return Feedback(name, WRONG, f"you said {predicted}; {wrong}.", hint)
+
+

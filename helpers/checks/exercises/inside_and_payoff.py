@@ -1,0 +1,69 @@
+"""Notebooks 06 and 07: torch_xla's compile counters, a SummaryWriter scalar, a step's FLOPs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT, number
+
+
+def check_compile_counters(compiles, compile_seconds) -> Feedback:
+    """06, exercise 1: the graphs this process compiled and their total compile time, read from
+    torch_xla.debug.metrics' CompileTime metric (samples, total nanoseconds)."""
+    import torch_xla.debug.metrics as met
+
+    name = "Exercise 06.1 (read the compile counters)"
+    data = met.metric_data("CompileTime")
+    samples, total_s = (data[0], data[1] / 1e9) if data else (0, 0.0)
+    hint = ("met.metric_data('CompileTime') returns (number of samples, total in nanoseconds, "
+            "...): one sample per graph compiled.")
+    count, seconds = number(compiles), number(compile_seconds)
+    if count is None or seconds is None:
+        return Feedback(name, NOT_YET, "set compiles and compile_seconds, then run this cell.", hint)
+    if count == samples and abs(seconds - total_s) <= max(0.01, 0.02 * total_s):
+        return Feedback(name, RIGHT, f"{samples} graphs, {total_s:.2f} s of compiling in this "
+                        "process. On a trn1 each of those graphs was a neuronx-cc run, or a "
+                        "compile-cache hit.")
+    return Feedback(name, WRONG, f"you said {compiles} graphs and {compile_seconds} s.", hint)
+
+
+def check_logged_scalars(logdir, tag: str, values: list[float]) -> Feedback:
+    """06, exercise 2: `tag` written at steps 0, 1, 2... with `values` into an event file in
+    logdir by torch.utils.tensorboard.SummaryWriter, read back the way TensorBoard reads it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    name = "Exercise 06.2 (log a scalar of your own)"
+    hint = ("writer = SummaryWriter(logdir); writer.add_scalar(tag, value, step) for each step; "
+            "writer.close() (the file is written when the writer flushes or closes).")
+    events = EventAccumulator(str(logdir))
+    if Path(logdir).is_dir():
+        events.Reload()
+    if not Path(logdir).is_dir() or tag not in events.Tags().get("scalars", []):
+        return Feedback(name, NOT_YET, f"no scalar {tag!r} in {logdir} yet.", hint)
+    got = [(e.step, round(e.value, 6)) for e in events.Scalars(tag)]
+    want = [(step, round(v, 6)) for step, v in enumerate(values)]
+    if got == want:
+        return Feedback(name, RIGHT, f"{len(got)} points of {tag}: TensorBoard shows them under "
+                        "its Scalars tab once it reloads the directory.")
+    return Feedback(name, WRONG, f"found (step, value) {got}, expected {want}.", hint)
+
+
+
+def check_step_flops(predicted, batch: int, widths: tuple[int, ...]) -> Feedback:
+    """07, exercise 1: the FLOPs of one training step's matrix products for MLP(layers=widths)."""
+    from helpers.inside.payoff import matmul_flops
+
+    name = "Exercise 07.1 (count a step's FLOPs)"
+    exact = matmul_flops(batch, widths)
+    hint = ("for each nn.Linear (in_features, out_features): forward 2·batch·in·out; backward the "
+            "weight gradient (the same) and the input gradient (the same again, except for the "
+            "first layer, whose input is the images).")
+    guess = number(predicted)
+    if guess is None:
+        return Feedback(name, NOT_YET, "set step_flops, then run this cell.", hint)
+    if guess == exact:
+        return Feedback(name, RIGHT, f"{exact / 1e9:.2f} GFLOP per step: at a NeuronCore's FP32 "
+                        f"peak about {exact / 23.75e12 * 1e6:.0f} µs, still small beside the fixed "
+                        "cost of about 5 ms.")
+    if abs(guess - exact) / exact < 0.2:
+        return Feedback(name, WRONG, f"{guess:,.0f} is within 20 %, not exact.", hint)
+    return Feedback(name, WRONG, f"you said {predicted}.", hint)
