@@ -182,7 +182,7 @@ def build_classroom_cache(archive: Path, *, repo: Path = REPO_ROOT, backend: str
     (what a Trainium machine compiles and the archive would hold); no archive is written.
     """
     from helpers.cache import flags
-    from helpers.cache.cli import main as cache_cli
+    from helpers.cache.command_line import main as cache_cli
     from helpers.classroom.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
 
     backend = backend or kernel_backend()

@@ -1,7 +1,7 @@
 """Notebook 05: BF16's smallest surviving update, repeated small adds under two roundings."""
 from __future__ import annotations
 
-from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT, number
+from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT, judge_exact, number
 
 
 def largest_surviving_exponent() -> int:
@@ -18,15 +18,13 @@ def check_bf16_smallest_update(k) -> Feedback:
     truth = largest_surviving_exponent()
     hint = ("BF16 keeps 8 significant bits: work out how far apart its values are just above "
             "1.0. A sum exactly half way between two of them rounds to the 'even' one.")
-    guess = number(k)
-    if guess is None:
-        return Feedback(name, NOT_YET, "set smallest_surviving_k, then run this cell.", hint)
-    if guess == truth:
-        return Feedback(name, RIGHT, f"2**-{truth} = {2.0 ** -truth:g} is the smallest power of two "
-                        f"that moves 1.0; lr 0.01 x a gradient of 0.1 is 0.001 < 2**-{truth + 1}: "
-                        "with round-to-nearest such an update to a weight near 1 is lost.")
-    return Feedback(name, WRONG, f"with k = {k}, 1 + 2**-{k} in BF16 is "
-                    f"{'above' if guess < truth else 'exactly'} 1.0; look for the edge.", hint)
+    return judge_exact(
+        name, k, truth, hint, variable="smallest_surviving_k",
+        right=(f"2**-{truth} = {2.0 ** -truth:g} is the smallest power of two that moves 1.0; lr "
+               f"0.01 x a gradient of 0.1 is 0.001 < 2**-{truth + 1}: with round-to-nearest such "
+               "an update to a weight near 1 is lost."),
+        wrong=lambda guess: (f"with k = {k}, 1 + 2**-{k} in BF16 is "
+                             f"{'above' if guess < truth else 'exactly'} 1.0; look for the edge."))
 
 
 def repeated_small_adds(steps: int = 1000, k: int = 9, seed: int = 0) -> dict[str, float]:

@@ -52,15 +52,15 @@ def number(value) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def judge_steps(name: str, predicted, measured: int, hint: str, *, right: str,
-                 wrong: str) -> Feedback:
-    """A predicted step count against the measured one."""
+def judge_exact(name: str, predicted, truth, hint: str, *, variable: str, right: str,
+                wrong) -> Feedback:
+    """A learner's number against the true one: Not yet while `variable` is unset, Correct when
+    equal, else Not quite with wrong(guess) and the hint."""
     guess = number(predicted)
     if guess is None:
-        return Feedback(name, NOT_YET, "set predicted_steps to your prediction, then run this cell.",
-                        hint)
-    if guess == measured:
+        return Feedback(name, NOT_YET, f"set {variable}, then run this cell.", hint)
+    if guess == truth:
         return Feedback(name, RIGHT, right)
-    return Feedback(name, WRONG, f"you said {predicted}; {wrong}.", hint)
+    return Feedback(name, WRONG, wrong(guess), hint)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT, number
+from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT, judge_exact, number
 
 
 def check_compile_counters(compiles, compile_seconds) -> Feedback:
@@ -57,13 +57,9 @@ def check_step_flops(predicted, batch: int, widths: tuple[int, ...]) -> Feedback
     hint = ("for each nn.Linear (in_features, out_features): forward 2·batch·in·out; backward the "
             "weight gradient (the same) and the input gradient (the same again, except for the "
             "first layer, whose input is the images).")
-    guess = number(predicted)
-    if guess is None:
-        return Feedback(name, NOT_YET, "set step_flops, then run this cell.", hint)
-    if guess == exact:
-        return Feedback(name, RIGHT, f"{exact / 1e9:.2f} GFLOP per step: at a NeuronCore's FP32 "
-                        f"peak about {exact / 23.75e12 * 1e6:.0f} µs, still small beside the fixed "
-                        "cost of about 5 ms.")
-    if abs(guess - exact) / exact < 0.2:
-        return Feedback(name, WRONG, f"{guess:,.0f} is within 20 %, not exact.", hint)
-    return Feedback(name, WRONG, f"you said {predicted}.", hint)
+    return judge_exact(
+        name, predicted, exact, hint, variable="step_flops",
+        right=(f"{exact / 1e9:.2f} GFLOP per step: at a NeuronCore's FP32 peak about "
+               f"{exact / 23.75e12 * 1e6:.0f} µs, still small beside the fixed cost of about 5 ms."),
+        wrong=lambda guess: (f"{guess:,.0f} is within 20 %, not exact." if abs(guess - exact) < 0.2 * exact
+                             else f"you said {predicted}."))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT, number, judge_steps
+from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT, number, judge_exact
 
 
 def check_steps_per_epoch(predicted, batch_size: int, data_dir=None) -> Feedback:
@@ -17,9 +17,9 @@ def check_steps_per_epoch(predicted, batch_size: int, data_dir=None) -> Feedback
             "short (the CPU loader keeps it): round up.")
     ragged = TRAIN_IMAGES % batch_size
     tail = f" (the last one holds {ragged} images)" if ragged else ""
-    return judge_steps(name, predicted, measured, hint,
-                        right=f"{measured} steps of up to {batch_size} images{tail}.",
-                        wrong="len(loader) is different")
+    return judge_exact(name, predicted, measured, hint, variable="predicted_steps",
+                       right=f"{measured} steps of up to {batch_size} images{tail}.",
+                       wrong=lambda guess: f"you said {predicted}; len(loader) is different.")
 
 
 ONE_BATCH_TARGET = 0.05
