@@ -92,7 +92,7 @@ def check_model_finite(model) -> None:
                                    f"Lower --lr and run again.")
 
 
-def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_loader, device, *,
+def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_loader, *,
                started: float, write: bool = True, world_size: int = 1, **extra) -> RunResults | None:
     """After the loop, as in the sample: result lines, checkpoint, end line; then test accuracy
     over all 10,000 test images and the results record. write=False on ranks other than 0:
@@ -118,7 +118,7 @@ def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_load
     print("----------End Training ---------------")
     if not write:
         return None
-    correct, total = evaluate(model, test_loader, device)
+    correct, total = evaluate(model, test_loader, backend.device)
     results = RunResults(
         stage=stage, backend=backend.name, world_size=world_size, epochs=args.epochs,
         steps=tracker.steps, batch_size=args.batch_size, lr=args.lr, loader=args.loader,

@@ -58,7 +58,7 @@ def main(argv=None):
     tracker = StepTracker.for_run(args, len(train_loader), xla=True)
     train(model, optimizer, train_loader, device, args.epochs, tracker,
           sync_each_step=not args.device_loader)
-    return finish_run("xla", args, backend, model, tracker, test_loader, device, started=started)
+    return finish_run("xla", args, backend, model, tracker, test_loader, started=started)
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def main(argv=None):
     tracker = StepTracker.for_run(args, len(train_loader), xla=True)
     train(model, optimizer, train_loader, device, args.epochs, tracker,
           sync_each_step=not args.device_loader, autocast=args.precision == "autocast")
-    return finish_run(f"bf16_{args.precision}", args, backend, model, tracker, test_loader, device,
+    return finish_run(f"bf16_{args.precision}", args, backend, model, tracker, test_loader,
                       started=started)
 
 

@@ -47,7 +47,7 @@ def main(argv=None):
     print("----------Training ---------------")
     tracker = StepTracker.for_run(args, len(train_loader))
     train(model, optimizer, train_loader, device, args.epochs, tracker)
-    return finish_run("cpu", args, backend, model, tracker, test_loader, device, started=started)
+    return finish_run("cpu", args, backend, model, tracker, test_loader, started=started)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def main(argv=None):
     tracker = StepTracker.for_run(args, len(train_loader), xla=True, rank=dp.rank)
     train(model, optimizer, train_loader, device, args.epochs, tracker, dp)
     per_rank = dp.finish(model, tracker)  # replicas equal? per-rank figures
-    finish_run(f"torchrun_w{dp.world_size}", args, backend, model, tracker, test_loader, device,
+    finish_run(f"torchrun_w{dp.world_size}", args, backend, model, tracker, test_loader,
                started=started, write=dp.rank == 0, world_size=dp.world_size, **per_rank)
     dist.destroy_process_group()
 

@@ -77,7 +77,7 @@ CHANGED_TRAIN_PY_LINES = {
     "args = cli.parse_args(__doc__, argv, device_loader=True, profile=True)",
     "model = MLP().to(device)",
     "sync_each_step=not args.device_loader)",
-    'return finish_run("xla", args, backend, model, tracker, test_loader, device, started=started)',
+    'return finish_run("xla", args, backend, model, tracker, test_loader, started=started)',
 }
 
 

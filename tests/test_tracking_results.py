@@ -145,8 +145,7 @@ def test_finish_run_on_a_rank_other_than_0_writes_nothing(tmp_path, capsys, monk
     tracker.stop()
     model = MLP()
     result = finish_run("torchrun_w2", args, backend, model, tracker, test_loader=None,
-                        device=torch.device("cpu"), started=time.perf_counter(), write=False,
-                        world_size=2)
+                        started=time.perf_counter(), write=False, world_size=2)
     out = capsys.readouterr().out
     assert result is None
     assert "Final loss is 0.7000" in out and "----------End Training" in out
@@ -165,6 +164,5 @@ def test_finish_run_refuses_a_model_with_non_finite_weights(tmp_path):
     with torch.no_grad():
         model.fc2.bias[3] = math.inf
     with pytest.raises(TrainingDiverged, match="fc2.bias"):
-        finish_run("cpu", args, backend, model, tracker, None, torch.device("cpu"),
-                   started=time.perf_counter())
+        finish_run("cpu", args, backend, model, tracker, None, started=time.perf_counter())
     assert list(tmp_path.iterdir()) == []
