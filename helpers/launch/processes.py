@@ -109,9 +109,9 @@ def _pump_lines(stream: io.TextIOBase, sink: queue.Queue, tag=None) -> None:
 def start_streamed(cmd: Sequence[str], sink: queue.Queue, tag, *,
                    env: Mapping[str, str] | None = None,
                    cwd: str | os.PathLike | None = None) -> subprocess.Popen:
-    """Start `cmd` as run_streaming does (mnist_mlp.child_process.start: a session of its own, and
-    SIGTERM when this process dies); a reader thread puts each
-    of its output lines into sink as (tag, line), then (tag, None) when its output closes."""
+    """Start `cmd` (mnist_mlp.child_process.start: a session of its own, and SIGTERM when this
+    process dies) with the child environment; a reader thread puts each of its output lines into
+    sink as (tag, line), then (tag, None) when its output closes (tag None: line, then None)."""
     full_env = child_environment(env)
     full_env["PATH"] = venv_bin_first(full_env.get("PATH"))
     proc = child_process.start(cmd, env=full_env, cwd=cwd)
@@ -180,13 +180,8 @@ def run_streaming(cmd: Sequence[str], *, timeout: float, env: Mapping[str, str] 
     cmd = [os.fspath(c) for c in cmd]
     if timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
-    full_env = child_environment(env)
-    full_env["PATH"] = venv_bin_first(full_env.get("PATH"))
-    proc = child_process.start(cmd, env=full_env, cwd=cwd)
-    stream = io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace", newline="")
-    sink: queue.Queue = queue.Queue()
-    reader = threading.Thread(target=_pump_lines, args=(stream, sink), daemon=True)
-    reader.start()
+    sink: queue.Queue = queue.Queue()  # untagged lines, then None when the output closes
+    proc = start_streamed(cmd, sink, None, env=env, cwd=cwd)
     lines: list[str] = []
     deadline = time.monotonic() + timeout
     timed_out = False
@@ -220,7 +215,6 @@ def run_streaming(cmd: Sequence[str], *, timeout: float, env: Mapping[str, str] 
         on_line(message)
         raise CommandTimedOut(message, cmd=cmd, returncode=proc.returncode, lines=lines,
                               summary="\n".join(lines[-ERROR_TAIL_LINES:]))
-    reader.join(timeout=1)
     if proc.returncode != 0 and check:
         summary = (failure_summary or last_lines)(lines)
         raise CommandFailed(f"Command failed with exit code {proc.returncode}: {shlex.join(cmd)}\n"

@@ -8,6 +8,7 @@ browser test of notebook 06 takes the same view through JupyterLab.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ def profiled_run(logdir: Path) -> None:
                     "30", "--profile", str(logdir), "--profile-steps", "20",
                     "--checkpoint-dir", str(logdir / "checkpoints")],
                    check=True, capture_output=True, text=True,
-                   env={**__import__("os").environ, "PJRT_DEVICE": "CPU"})
+                   env={**os.environ, "PJRT_DEVICE": "CPU"})
 
 
 def take(out: Path = PICTURE) -> Path:

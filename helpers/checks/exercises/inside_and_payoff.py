@@ -50,16 +50,17 @@ def check_logged_scalars(logdir, tag: str, values: list[float]) -> Feedback:
 
 def check_step_flops(predicted, batch: int, widths: tuple[int, ...]) -> Feedback:
     """07, exercise 1: the FLOPs of one training step's matrix products for MLP(layers=widths)."""
-    from helpers.inside.payoff import matmul_flops
+    from helpers.inside.payoff import matmul_flops, model_from_tutorial
 
     name = "Exercise 07.1 (count a step's FLOPs)"
-    exact = matmul_flops(batch, widths)
+    exact, core = matmul_flops(batch, widths), model_from_tutorial("fp32")
     hint = ("for each nn.Linear (in_features, out_features): forward 2·batch·in·out; backward the "
             "weight gradient (the same) and the input gradient (the same again, except for the "
             "first layer, whose input is the images).")
     return judge_exact(
         name, predicted, exact, hint, variable="step_flops",
         right=(f"{exact / 1e9:.2f} GFLOP per step: at a NeuronCore's FP32 peak about "
-               f"{exact / 23.75e12 * 1e6:.0f} µs, still small beside the fixed cost of about 5 ms."),
+               f"{exact / core.peak_flops * 1e6:.0f} µs, still small beside the fixed cost of about "
+               f"{core.fixed_s * 1e3:.0f} ms."),
         wrong=lambda guess: (f"{guess:,.0f} is within 20 %, not exact." if abs(guess - exact) < 0.2 * exact
                              else f"you said {predicted}."))
