@@ -14,11 +14,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mnist_mlp.startup import freeze_startup_objects
+from mnist_mlp.platform_paths import dev_dir as platform_dev_dir
+from mnist_mlp.platform_paths import dmi_product_name as platform_dmi_product_name
+from mnist_mlp.platform_paths import neuron_sysfs as platform_neuron_sysfs
 
-NEURON_SYSFS = Path("/sys/devices/virtual/neuron_device")
-DEV_DIR = Path("/dev")
-DMI_PRODUCT_NAME = Path("/sys/devices/virtual/dmi/id/product_name")
 
 # Worker counts (logical NeuronCores used by one torchrun job) each instance type supports, from
 # the AWS "Multi-Layer Perceptron Training Tutorial": trn1.2xlarge 1, 2; trn1.32xlarge 1, 2, 8, 32;
@@ -112,12 +111,14 @@ def logical_nc_config(env=None) -> int:
     return int(raw)
 
 
-def device_core_counts(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> list[int]:
+def device_core_counts(sysfs: Path | None = None, dev_dir: Path | None = None) -> list[int]:
     """Physical NeuronCores of each Neuron device: the driver's per-device core_count.
 
     Without the sysfs tree (old driver) each /dev/neuronN device counts 2 cores, which is
-    right for trn1 and inf2.
+    right for trn1 and inf2. Defaults: this machine's (mnist_mlp.platform_paths).
     """
+    sysfs = platform_neuron_sysfs() if sysfs is None else sysfs
+    dev_dir = platform_dev_dir() if dev_dir is None else dev_dir
     counts = []
     if sysfs.is_dir():
         for dev in sorted(sysfs.glob("neuron[0-9]*")):
@@ -131,7 +132,7 @@ def device_core_counts(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> l
     return [2] * len(devices)
 
 
-def logical_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
+def logical_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | None = None) -> int:
     """NeuronCores as the runtime counts them: Trainium2/3 devices grouped by the LNC setting."""
     counts = device_core_counts(sysfs, dev_dir)
     if LNC_DEVICE_CORES not in counts:
@@ -140,7 +141,7 @@ def logical_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = D
     return sum(n // lnc if n == LNC_DEVICE_CORES else n for n in counts)
 
 
-def visible_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
+def visible_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | None = None) -> int:
     """Logical NeuronCores this process may use: the machine's, narrowed by
     NEURON_RT_VISIBLE_CORES."""
     env = os.environ if env is None else env
@@ -151,10 +152,10 @@ def visible_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = D
     return len([c for c in parse_core_list(spec) if c < total])
 
 
-def instance_type(dmi_product_name: Path = DMI_PRODUCT_NAME) -> str | None:
+def instance_type(dmi_product_name: Path | None = None) -> str | None:
     """The EC2 instance type (e.g. 'trn1.2xlarge') from DMI, or None off EC2."""
     try:
-        name = dmi_product_name.read_text().strip()
+        name = (dmi_product_name or platform_dmi_product_name()).read_text().strip()
     except OSError:
         return None
     return name or None
@@ -181,8 +182,8 @@ def _installed(module: str) -> bool:
         return False
 
 
-def select_backend(xla: bool = True, *, sysfs: Path = NEURON_SYSFS,
-                   dev_dir: Path = DEV_DIR) -> Backend:
+def select_backend(xla: bool = True, *, sysfs: Path | None = None,
+                   dev_dir: Path | None = None) -> Backend:
     """Choose and prepare the backend. Call before anything touches an XLA device.
 
     xla=False is the CPU lesson's choice: plain PyTorch whatever the machine has.
@@ -204,7 +205,9 @@ def select_backend(xla: bool = True, *, sysfs: Path = NEURON_SYSFS,
         import torch_neuronx  # noqa: F401  registers the Neuron PJRT plugin
 
         os.environ.setdefault("PJRT_DEVICE", "NEURON")
-        return Backend("neuron", f"torch-neuronx is installed and {cores} NeuronCore(s) are visible",
+        # No count in the reason: setup() narrows the cores after this, and the summary's
+        # "NeuronCores visible" is the one count a reader sees.
+        return Backend("neuron", "torch-neuronx is installed and NeuronCores are visible",
                        neuron_cores=cores, **versions)
     if has_xla:
         # The reason that decided: PJRT_DEVICE=CPU only matters where Neuron could have run.

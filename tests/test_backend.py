@@ -150,7 +150,7 @@ def test_neuron_selected_with_torch_neuronx_and_cores(tmp_path, select):
     first, summary = select(sysfs=sysfs, dev_dir=tmp_path / "nodev",
                             extra_path=fake_torch_neuronx(tmp_path))
     assert first == "neuron NEURON 2"
-    assert summary.startswith("Backend: Neuron") and "2 NeuronCore(s) are visible" in summary
+    assert summary.startswith("Backend: Neuron") and "NeuronCores visible: 2 | why: torch-neuronx is installed and NeuronCores are visible" in summary
     assert sys.modules["torch_neuronx"].IMPORTED  # imported: it registers the Neuron plugin
 
 

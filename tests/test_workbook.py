@@ -2,6 +2,7 @@
 against /proc and /dev trees laid out as the kernel lays them out, with the backend choice
 replaced (no NeuronCore exists here)."""
 import os
+import re
 import sys
 
 import pytest
@@ -11,6 +12,7 @@ from helpers.setup.core_holders import BUSY_CORE_MESSAGES, CORE_RULE
 from helpers.setup.notebook_kernel import (NeuronCoresHeld, refuse_other_holders, remaining_cores, setup,
                               take_neuron_cores)
 from mnist_mlp.backend import Backend, parse_core_list
+from mnist_mlp.platform_paths import PLATFORM_ROOT_ENV
 from tests.proc_trees import KERNEL_CMDLINE, fake_process
 
 CORES_AT_START = os.environ.get("NEURON_RT_VISIBLE_CORES")
@@ -111,14 +113,16 @@ def unset_cores(monkeypatch):
 
 @pytest.fixture
 def neuron_setup(machine, monkeypatch):
-    """setup() as on a trn1: the backend choice says Neuron, /proc and /dev are the fake ones,
-    the cores visible follow NEURON_RT_VISIBLE_CORES (2 without it)."""
+    """setup() as on a trn1: the backend choice says Neuron, /proc is a fake one, and the
+    platform (/dev, the driver's sysfs) is a trn1.2xlarge's tree under WORKBOOK_PLATFORM_ROOT:
+    one device of 2 cores, counted by the real visible_neuron_cores()."""
     proc, dev = machine
+    sysfs = dev.parent / "sys/devices/virtual/neuron_device/neuron0"
+    sysfs.mkdir(parents=True)
+    (sysfs / "core_count").write_text("2\n")
+    monkeypatch.setenv(PLATFORM_ROOT_ENV, str(dev.parent))
     monkeypatch.setattr(workbook, "PROC_DIR", proc)
-    monkeypatch.setattr(workbook, "DEV_DIR", dev)
     monkeypatch.setattr(workbook, "select_backend", lambda xla=True: backend())
-    monkeypatch.setattr(workbook, "visible_neuron_cores", lambda: len(
-        parse_core_list(os.environ.get("NEURON_RT_VISIBLE_CORES", "0-1"))))
     unset_cores(monkeypatch)
     return proc, dev
 
@@ -128,6 +132,7 @@ def test_setup_on_neuron_takes_one_core_and_says_so(neuron_setup, capsys):
     assert os.environ["NEURON_RT_VISIBLE_CORES"] == "0" and b.neuron_cores == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("Backend: Neuron") and "NeuronCores visible: 1" in out[0]
+    assert len(re.findall(r"\d+ NeuronCore", out[0])) == 0  # one count on the line, not two
     assert out[1] == "NeuronCores: this kernel takes 0 (NEURON_RT_VISIBLE_CORES=0)"
 
 
@@ -148,7 +153,7 @@ def test_setup_refuses_while_another_kernel_holds_the_device(neuron_setup):
 def test_setup_on_the_stand_in_prints_only_the_summary(machine, monkeypatch, capsys):
     proc, dev = machine
     monkeypatch.setattr(workbook, "PROC_DIR", proc)
-    monkeypatch.setattr(workbook, "DEV_DIR", dev)
+    monkeypatch.setenv(PLATFORM_ROOT_ENV, str(dev.parent))
     monkeypatch.setattr(workbook, "select_backend", lambda xla=True: backend("xla-cpu", 0))
     unset_cores(monkeypatch)
     # PJRT_DEVICE=CPU on a Trainium host: a holder of the device is no concern of the stand-in.

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.cache import flags
+from mnist_mlp.platform_paths import default_compile_cache
 
-DEFAULT_ROOT = "/var/tmp/neuron-compile-cache"
+DEFAULT_ROOT = "/var/tmp/neuron-compile-cache"  # as the docs name it; read through default_compile_cache
 CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
 XLA_CACHE_ENV = "XLA_PERSISTENT_CACHE_PATH"  # set by torch_xla.runtime.initialize_cache
 PROC_MOUNTS = Path("/proc/mounts")
@@ -59,7 +60,7 @@ def locate_cache(env=None) -> CacheLocation:
         return CacheLocation(cache_dir, f"--cache_dir in {flags.ENV_VAR}")
     if env.get(CACHE_URL_ENV):
         return CacheLocation(env[CACHE_URL_ENV], CACHE_URL_ENV)
-    return CacheLocation(DEFAULT_ROOT, "the Neuron default")
+    return CacheLocation(str(default_compile_cache(env)), "the Neuron default")
 
 
 def installed_compiler_version() -> str | None:

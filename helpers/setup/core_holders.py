@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.launch.procfs import PROC_DIR, process_cmdline
+from mnist_mlp.platform_paths import dev_dir
 
 NEURON_DEVICE = re.compile(r"neuron\d+")
 # How a Jupyter kernel's command line looks (JupyterLab, Notebook, VS Code all start this module).
@@ -164,7 +165,7 @@ def core_environment(proc_dir: Path) -> tuple[tuple[str, str], ...] | None:
     return tuple((name, found[name]) for name in CORE_VARIABLES if name in found)
 
 
-def neuron_device_holders(proc_root: Path = PROC_DIR, dev_root: Path = Path("/dev"),
+def neuron_device_holders(proc_root: Path = PROC_DIR, dev_root: Path | None = None,
                           self_pid: int | None = None) -> HolderScan:
     """Every process with a /dev/neuron<N> open: pid, command line, devices, monitor or not,
     and the core variables it started with.
@@ -173,7 +174,7 @@ def neuron_device_holders(proc_root: Path = PROC_DIR, dev_root: Path = Path("/de
     root: they are counted in unreadable_pids (then `sudo neuron-ls` shows them all).
     """
     self_pid = os.getpid() if self_pid is None else self_pid
-    dev_root = os.path.normpath(os.fspath(dev_root))
+    dev_root = os.path.normpath(os.fspath(dev_dir() if dev_root is None else dev_root))
     holders, unreadable = [], []
     try:
         pid_dirs = [p for p in Path(proc_root).iterdir() if p.name.isdigit()]

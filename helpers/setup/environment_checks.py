@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from mnist_mlp.backend import (DEV_DIR, INFERRED_WORKER_COUNTS, SUPPORTED_WORKER_COUNTS, Backend,
+from mnist_mlp.backend import (INFERRED_WORKER_COUNTS, SUPPORTED_WORKER_COUNTS, Backend,
                              instance_type, visible_neuron_cores)
 from helpers.setup.checklist import CheckResult
 from helpers.setup.core_holders import busy_core_messages_text, neuron_device_holders
@@ -50,7 +50,7 @@ SELF_HOLDS_FIX = (
     "must not touch the XLA device (backend.device, torch_xla.device()) before launching.")
 
 
-def check_neuron_cores_free(proc_root: Path = PROC_DIR, dev_root: Path = DEV_DIR,
+def check_neuron_cores_free(proc_root: Path = PROC_DIR, dev_root: Path | None = None,
                             self_pid: int | None = None, *, allow_self: bool = True) -> CheckResult:
     """No other process holds NeuronCores (monitors such as neuron-top do not count).
     allow_self=False: nor this one (before launching workers that need every core)."""

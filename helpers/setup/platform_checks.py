@@ -12,7 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from helpers.setup.checklist import CheckResult
 from helpers.setup.core_holders import NEURON_DEVICE
-from mnist_mlp.backend import DEV_DIR
+from mnist_mlp.platform_paths import dev_dir
 from mnist_mlp.paths import REPO_ROOT, repo_relative as shown_path
 
 REQUIREMENTS = REPO_ROOT / "requirements.txt"
@@ -66,7 +66,7 @@ _INSTALLED = object()  # check_platform's default: look up the installed torch-n
 
 def check_platform(os_release: Path = OS_RELEASE, python: tuple[int, int] = sys.version_info[:2],
                    torch_neuronx=_INSTALLED, neuron_host: bool | None = None,
-                   dev_root: Path = DEV_DIR) -> CheckResult:
+                   dev_root: Path | None = None) -> CheckResult:
     """On a Trainium host: an OS, Python and torch-neuronx that Neuron 2.31's PyTorch/XLA supports.
 
     torch_neuronx: its version string (None: not installed). neuron_host: Neuron devices or
@@ -78,7 +78,7 @@ def check_platform(os_release: Path = OS_RELEASE, python: tuple[int, int] = sys.
         torch_neuronx = _installed_version("torch-neuronx")
     if neuron_host is None:
         neuron_host = torch_neuronx is not None or any(
-            NEURON_DEVICE.fullmatch(p.name) for p in _entries(Path(dev_root)))
+            NEURON_DEVICE.fullmatch(p.name) for p in _entries(Path(dev_root or dev_dir())))
     release = read_os_release(os_release)
     os_key = (release.get("ID", "").lower(), release.get("VERSION_ID", ""))
     os_name = release.get("PRETTY_NAME") or " ".join(os_key).strip() or f"unknown OS ({os_release})"
@@ -165,8 +165,9 @@ def check_pins(requirement_files=(REQUIREMENTS, NEURON_REQUIREMENTS),
     return CheckResult(item, True, ", ".join(found) + " (as pinned)", "")
 
 
-def has_neuron_device(dev_root: Path = DEV_DIR) -> bool:
-    """Whether dev_root holds a Neuron device node (neuron0, neuron1, ...)."""
+def has_neuron_device(dev_root: Path | None = None) -> bool:
+    """Whether dev_root (default: this machine's /dev) holds a Neuron device node (neuron0, ...)."""
+    dev_root = dev_dir() if dev_root is None else dev_root
     return any(NEURON_DEVICE.fullmatch(p.name) for p in _entries(Path(dev_root)))
 
 

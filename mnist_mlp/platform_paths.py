@@ -1,0 +1,38 @@
+"""The Neuron platform's fixed paths, read in one place: the one seam a test double plugs into.
+
+On every real machine these are the absolute paths the Neuron driver, runtime and compiler use
+(`/dev/neuron*`, `/sys/devices/virtual/neuron_device`, the DMI product name, the default compile
+cache `/var/tmp/neuron-compile-cache`). WORKBOOK_PLATFORM_ROOT, when set, names a directory that
+stands for `/` for these paths only. Nothing sets it but the tests: `tests/trn1_double` builds a
+trn1.2xlarge's tree there and runs the workbook through it. It is read at each call, so a
+process sees the platform its environment names.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PLATFORM_ROOT_ENV = "WORKBOOK_PLATFORM_ROOT"
+
+
+def platform_path(path: str, env=None) -> Path:
+    """`path` (absolute) on this machine's Neuron platform: itself, or under WORKBOOK_PLATFORM_ROOT."""
+    root = (os.environ if env is None else env).get(PLATFORM_ROOT_ENV)
+    return Path(root, path.lstrip("/")) if root else Path(path)
+
+
+def dev_dir() -> Path:
+    return platform_path("/dev")
+
+
+def neuron_sysfs() -> Path:
+    return platform_path("/sys/devices/virtual/neuron_device")
+
+
+def dmi_product_name() -> Path:
+    return platform_path("/sys/devices/virtual/dmi/id/product_name")
+
+
+def default_compile_cache(env=None) -> Path:
+    """Where neuronx-cc caches compiled graphs unless told otherwise (Neuron persistent cache)."""
+    return platform_path("/var/tmp/neuron-compile-cache", env)
