@@ -1,8 +1,8 @@
 """The Neuron platform's fixed paths, read in one place: the one seam a test double plugs into.
 
 On every real machine these are the absolute paths the Neuron driver, runtime and compiler use
-(`/dev/neuron*`, `/sys/devices/virtual/neuron_device`, the DMI product name, the default compile
-cache `/var/tmp/neuron-compile-cache`). WORKBOOK_PLATFORM_ROOT, when set, names a directory that
+(`/dev/neuron*`, `/sys/devices/virtual/neuron_device`, the DMI product name, `/etc/os-release`,
+the default compile cache `/var/tmp/neuron-compile-cache`). WORKBOOK_PLATFORM_ROOT, when set, names a directory that
 stands for `/` for these paths only. Nothing sets it but the tests: `tests/trn1_double` builds a
 trn1.2xlarge's tree there and runs the workbook through it. It is read at each call, so a
 process sees the platform its environment names.
@@ -31,6 +31,10 @@ def neuron_sysfs() -> Path:
 
 def dmi_product_name() -> Path:
     return platform_path("/sys/devices/virtual/dmi/id/product_name")
+
+
+def os_release_path() -> Path:
+    return platform_path("/etc/os-release")
 
 
 def default_compile_cache(env=None) -> Path:

@@ -71,6 +71,15 @@ def test_graph_count():
         assert not ex.check_graph_count(junk, recorded).ok
 
 
+def test_graph_count_run_twice_asks_for_a_fresh_kernel_instead_of_calling_an_answer_wrong():
+    """The cell run again in one kernel compiles nothing (its shapes are compiled): a prediction
+    made for a fresh kernel is neither right nor wrong there."""
+    again = rows(0, 0, 0, 0, 0, 0)
+    assert ex.check_graph_count(2, again).verdict == ex.NOT_YET
+    assert "Restart the kernel" in ex.check_graph_count(2, again).message
+    assert ex.check_graph_count(0, again).ok
+
+
 def test_recompile_trigger():
     assert ex.check_recompile_trigger(rows(1, 1, 1, 1, 1, 1)).verdict == ex.NOT_YET  # as committed
     assert ex.check_recompile_trigger(rows(1, 1, 0, 0, 1, 0)).verdict == ex.WRONG

@@ -115,3 +115,13 @@ def test_missing_node_messages_read_torchrun_own_errors():
     # Wrapped between words, never inside one (a word wider than the column overflows it).
     assert side_by_side(1, "ab cd efgh", width=5).splitlines() == ["      │ ab cd", "      │ efgh"]
     assert side_by_side(0, "x" * 10 + " y", width=4).splitlines() == ["xxxxxxxxxx │", "y    │"]
+
+
+def test_each_loopback_node_takes_its_own_neuroncores():
+    """On one trn1 every node's worker 0 would otherwise ask for core 0, and the runtime refuses
+    the second (the trn1 double's pass ran into it)."""
+    from helpers.launch.nodes import node_cores
+
+    assert [node_cores(r, 1) for r in (0, 1)] == [{"NEURON_RT_VISIBLE_CORES": "0"},
+                                                  {"NEURON_RT_VISIBLE_CORES": "1"}]
+    assert node_cores(1, 2) == {"NEURON_RT_VISIBLE_CORES": "2-3"}

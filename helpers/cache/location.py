@@ -142,3 +142,15 @@ def on_network_filesystem(path: Path, mounts: Path = PROC_MOUNTS) -> str | None:
     """The filesystem type if path is on NFS/EFS/Lustre/…, else None."""
     fs = filesystem_type(path, mounts)
     return fs if fs and fs.split(".")[0] in NETWORK_FILESYSTEMS else None
+
+
+def fresh_cache(backend_name: str, directory: str | os.PathLike) -> tuple[Path, dict[str, str]]:
+    """An empty persistent cache of its own under `directory`, and the variables that send a
+    run there. On Neuron: --cache_dir in NEURON_CC_FLAGS (kept with the flags already there), so
+    a first run compiles whatever the shared cache holds; on the stand-in: torch-xla's own cache."""
+    if backend_name == "neuron":
+        root = Path(directory) / "neuron-cache"
+        return root, {flags.ENV_VAR: flags.set_flag(os.environ.get(flags.ENV_VAR), "--cache_dir",
+                                                    str(root))}
+    root = Path(directory) / "xla-cache"
+    return root, {XLA_CACHE_ENV: str(root)}

@@ -53,9 +53,6 @@ _XLA_CPU = _facts(
     cache_reused_across_processes=Fact(False, "the CPU PJRT client writes programs but cannot "
                                        "load them (\"Deserializing serialized executable not "
                                        "supported\"); " + STAND_IN),
-    first_run_new_entries_min=Fact(1, "a fresh, empty cache directory per notebook run; " + STAND_IN),
-    second_run_new_entries=Fact(0, "torch-xla finds its files there and writes none again; "
-                                + STAND_IN),
     precompile_mode=Fact("stand-in", "no neuron_parallel_compile without Neuron: "
                          "helpers/cache/precompile.py runs the trial alone"),
     gradient_reduce=Fact("gloo", "torch_xla's CPU client has no cross-process all-reduce: "
@@ -75,9 +72,6 @@ _NEURON = _facts(
     cache_layouts=Fact(frozenset({"neuronxcc", "legacy"}), f"{CACHING}: neuronxcc-<version>/"
                        f"MODULE_<hash>+<flags>/ entries; {MLP_TUTORIAL}: USER_neuroncc-* (2022 SDK)"),
     cache_reused_across_processes=Fact(True, f"{CACHING}: \"Using a cached neff at …\""),
-    first_run_new_entries_min=Fact(0, f"{CACHING}: the Neuron cache is shared; notebook 02 already "
-                                   "compiled train.py's graphs into it", inferred=True),
-    second_run_new_entries=Fact(0, f"{CACHING}: the second run reads every graph from the cache"),
     precompile_mode=Fact("neuron", PARALLEL_COMPILE),
     gradient_reduce=Fact("xla", f"{DEV_GUIDE}: xm.optimizer_step all-reduces the gradients "
                          "over the NeuronCores"),

@@ -72,6 +72,16 @@ def _wait_listening(host: str, port: int, proc, timeout: float) -> bool:
     return False
 
 
+def node_cores(node_rank: int, nproc_per_node: int) -> dict[str, str]:
+    """The NeuronCores of one loopback "node": its own, as on separate machines. Without this
+    every node's worker 0 would take core 0 (torch-xla gives a torchrun worker its LOCAL_RANK)
+    and the runtime would refuse the second node (core_holders.CORE_RULE); torch-xla then hands
+    each worker its LOCAL_RANK-th core of the range. Ignored where there is no NeuronCore."""
+    first = node_rank * nproc_per_node
+    last = first + nproc_per_node - 1
+    return {"NEURON_RT_VISIBLE_CORES": str(first) if first == last else f"{first}-{last}"}
+
+
 def run_nodes(script: str | os.PathLike, script_args: Sequence[str] = (), *,
               node_ranks: Sequence[int] = (0, 1), nnodes: int = 2, nproc_per_node: int = 1,
               timeout: float, rdzv_timeout: int = 120, master_port: int | None = None,
@@ -111,6 +121,7 @@ def run_nodes(script: str | os.PathLike, script_args: Sequence[str] = (), *,
                                  master_port=port, rdzv_timeout=rdzv_timeout)
              for rank in sorted(node_ranks)}
     run_env = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_PREFIX_TEMPLATE, **(env or {})}
+    node_env = {rank: {**node_cores(rank, nproc_per_node), **run_env} for rank in argvs}
     columns = {rank: i for i, rank in enumerate(sorted(node_ranks))}
     header = [f"node {rank}".ljust(width) for rank in sorted(node_ranks)]
     on_line(" │ ".join(header).rstrip())
@@ -141,7 +152,7 @@ def run_nodes(script: str | os.PathLike, script_args: Sequence[str] = (), *,
     order = [first, *(rank for rank in sorted(argvs) if rank != first)]
     try:
         for rank in order:
-            procs[rank] = start_streamed(argvs[rank], sink, rank, env=run_env, cwd=cwd)
+            procs[rank] = start_streamed(argvs[rank], sink, rank, env=node_env[rank], cwd=cwd)
             if rank == order[-1]:
                 break
             if rank == 0:  # the next node finds node 0's store listening at once

@@ -12,14 +12,13 @@ from packaging.version import InvalidVersion, Version
 
 from helpers.setup.checklist import CheckResult
 from helpers.setup.core_holders import NEURON_DEVICE
-from mnist_mlp.platform_paths import dev_dir
+from mnist_mlp.platform_paths import dev_dir, os_release_path
 from mnist_mlp.paths import REPO_ROOT, repo_relative as shown_path
 
 REQUIREMENTS = REPO_ROOT / "requirements.txt"
 NEURON_REQUIREMENTS = REPO_ROOT / "requirements-neuron.txt"
 # The pins that must hold exactly: a torch that torch-xla was not built against breaks its import.
 PINNED_PACKAGES = ("torch", "torch-xla", "torchvision", "torch-neuronx", "neuronx-cc")
-OS_RELEASE = Path("/etc/os-release")
 # Neuron 2.31 is the last release with PyTorch/XLA training (torch-neuronx 2.9, pinned in
 # requirements-neuron.txt). Its package list gives Python 3.11-3.13 for torch-neuronx
 # 2.9.0.2.15.32035; its setup guide ("Install PyTorch via manual installation") covers Ubuntu 24.04
@@ -37,11 +36,11 @@ START_FROM = ("start from Ubuntu 24.04: the Neuron 2.31 'Deep Learning AMI Neuro
               "(README)")
 
 
-def read_os_release(path: Path = OS_RELEASE) -> dict[str, str]:
+def read_os_release(path: Path | None = None) -> dict[str, str]:
     """/etc/os-release as a dict (KEY=value lines, shell quoting); {} when it cannot be read."""
     fields = {}
     try:
-        text = Path(path).read_text()
+        text = Path(os_release_path() if path is None else path).read_text()
     except OSError:
         return fields
     for line in text.splitlines():
@@ -64,7 +63,7 @@ def _installed_version(dist: str) -> str | None:
 _INSTALLED = object()  # check_platform's default: look up the installed torch-neuronx
 
 
-def check_platform(os_release: Path = OS_RELEASE, python: tuple[int, int] = sys.version_info[:2],
+def check_platform(os_release: Path | None = None, python: tuple[int, int] = sys.version_info[:2],
                    torch_neuronx=_INSTALLED, neuron_host: bool | None = None,
                    dev_root: Path | None = None) -> CheckResult:
     """On a Trainium host: an OS, Python and torch-neuronx that Neuron 2.31's PyTorch/XLA supports.
@@ -81,7 +80,7 @@ def check_platform(os_release: Path = OS_RELEASE, python: tuple[int, int] = sys.
             NEURON_DEVICE.fullmatch(p.name) for p in _entries(Path(dev_root or dev_dir())))
     release = read_os_release(os_release)
     os_key = (release.get("ID", "").lower(), release.get("VERSION_ID", ""))
-    os_name = release.get("PRETTY_NAME") or " ".join(os_key).strip() or f"unknown OS ({os_release})"
+    os_name = release.get("PRETTY_NAME") or " ".join(os_key).strip() or f"unknown OS ({os_release or os_release_path()})"
     py = "{}.{}".format(*python)
     found = f"{os_name}, Python {py}, torch-neuronx {torch_neuronx or 'not installed'}"
     if not neuron_host:

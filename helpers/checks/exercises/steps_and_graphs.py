@@ -59,6 +59,10 @@ def check_graph_count(predicted, rows) -> Feedback:
         return Feedback(name, NOT_YET, "set predicted_graphs to your prediction, then run the cell.",
                         hint)
     where = ", ".join(compiled) if compiled else "none"
+    if not compiled and guess != 0:  # the cell ran before: its shapes are compiled in this kernel
+        return Feedback(name, NOT_YET, "no step compiled: this cell already ran in this kernel, so "
+                        "its shapes are compiled. Restart the kernel and run all cells to measure "
+                        "afresh.", hint)
     if guess == len(compiled):
         return Feedback(name, RIGHT, f"{len(compiled)} new graph(s), at: {where}. Every other "
                         "step reused a graph already compiled in this kernel.")

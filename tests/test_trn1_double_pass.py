@@ -1,0 +1,41 @@
+"""The whole workbook on the trn1 double (tests/trn1_double), as one learner's trn1.2xlarge.
+
+Every check() in the notebooks is judged against the Neuron values of helpers/checks/expected.py
+(the backend is `neuron` there). Nothing from this pass is compared with the committed outputs
+(they are the stand-in's) or shown as measured on Trainium.
+"""
+import pytest
+
+from helpers.classroom.notebook_pass import workbook_notebooks
+from tests.paths import REPO_ROOT as REPO
+from tests.trn1_double import build_instance
+from tests.trn1_double.workbook_pass import run_workbook
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("trn1-double")]
+
+
+@pytest.fixture(scope="module")
+def workbook_on_trn1(tmp_path_factory):
+    work = tmp_path_factory.mktemp("trn1")
+    env = {**build_instance(work / "instance"), "CHECKPOINT_DIR": str(work / "checkpoints")}
+    import os
+
+    env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}, **env}
+    results = run_workbook(workbook_notebooks(REPO), work / "instance", env)
+    return {r.name[:2]: r for r in results}
+
+
+def test_every_notebook_runs_to_its_end(workbook_on_trn1):
+    failed = {n: r.error for n, r in workbook_on_trn1.items() if r.error}
+    assert not failed, failed
+    assert sorted(workbook_on_trn1) == [f"0{i}" for i in range(8)]
+
+
+def test_no_process_is_refused_a_core(workbook_on_trn1):
+    assert {n: r.refused for n, r in workbook_on_trn1.items() if r.refused} == {}
+
+
+def test_each_notebook_compiles_what_its_introduction_says(workbook_on_trn1):
+    stated = {n: (r.stated_new_graphs, len(set(r.compiled))) for n, r in workbook_on_trn1.items()
+              if r.stated_new_graphs is not None}
+    assert stated and all(s == c for s, c in stated.values()), stated

@@ -1,0 +1,156 @@
+"""The double's Neuron runtime in one process: cores reserved at the first device use, graphs
+handed to the compile cache after each step, gradients all-reduced by xm.optimizer_step.
+
+How: torch-xla runs on its CPU client (PJRT_DEVICE=CPU only while that client is created, so the
+processes this one starts still see PJRT_DEVICE=NEURON, as on a trn1), writing each graph it
+compiles into a private persistent-cache directory; the file names there are the graphs' hashes.
+"""
+import atexit
+import fcntl
+import os
+import sys
+import shutil
+import tempfile
+from pathlib import Path
+
+from trn1_platform import compile_cache, rules
+
+_state = {"started": False, "seen": set(), "xla_cache": None, "fds": [], "group": None}
+
+
+def reserve_cores() -> list[int]:
+    """docs/sources.md, "By default a process's Neuron runtime reserves every NeuronCore present,
+    until the process exits": one flock per core, held by this process until it exits (the
+    kernel drops flocks of a killed process too); the device node stays open meanwhile, so
+    /proc/<pid>/fd shows this process as a holder, as on a trn1."""
+    cores = rules.requested_cores()
+    lock_dir = rules.platform_root() / "run/neuron"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    taken = []
+    for core in cores:
+        fd = os.open(lock_dir / f"nc{core}.lock", os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            for held in taken:
+                os.close(held)
+            free = sum(1 for c in cores if _is_free(lock_dir / f"nc{c}.lock"))
+            line = rules.BUSY_CORE_LINE.format(first=cores[0], last=cores[-1], available=free)
+            print(line, file=sys.stderr, flush=True)
+            compile_cache.journal("refused", cores=cores)
+            raise RuntimeError(line) from None
+        taken.append(fd)
+    taken.append(os.open(rules.platform_root() / "dev/neuron0", os.O_RDONLY))
+    _state["fds"] = taken
+    compile_cache.journal("reserved", cores=cores)
+    return cores
+
+
+def _is_free(lock: Path) -> bool:
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def start(create_client) -> None:
+    """The first device use: reserve the cores, then create the CPU client."""
+    if _state["started"]:
+        return
+    reserve_cores()
+    os.environ["PJRT_DEVICE"] = "CPU"
+    try:
+        create_client()
+    finally:
+        os.environ["PJRT_DEVICE"] = "NEURON"
+    _state["started"] = True
+    atexit.register(hand_new_graphs)
+
+
+def hand_new_graphs() -> None:
+    """Each graph compiled since the last look goes to the compile cache, in file-time order."""
+    xla_cache = _state["xla_cache"]
+    if xla_cache is None or not xla_cache.is_dir():
+        return
+    new = [p for p in xla_cache.iterdir() if p.name not in _state["seen"] and p.is_file()]
+    for path in sorted(new, key=lambda p: p.stat().st_mtime_ns):
+        _state["seen"].add(path.name)
+        graph_hash = str(int(path.name) % 2**64)
+        compile_cache.on_graph(graph_hash, path.read_bytes(),
+                               say=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def _gloo_group():
+    import torch.distributed as dist
+
+    if _state["group"] is None:
+        _state["group"] = dist.new_group(backend="gloo")
+    return _state["group"]
+
+
+def reduce_gradients(optimizer, groups=None, pin_layout=True):
+    """docs/sources.md, "xm.optimizer_step all-reduces the gradients across workers": the
+    average over torchrun's workers (here over gloo, as the CPU client cannot)."""
+    import torch
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+             if p.grad is not None]
+    flat = torch.cat([g.detach().reshape(-1) for g in grads]).cpu()
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=_gloo_group())
+    flat /= world
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g).to(g.device))
+        offset += g.numel()
+
+
+def install() -> None:
+    """Patch this process's torch-xla so the rules above apply (called on import)."""
+    # What children inherit, as torch-xla sets it on a trn1 (it finds libneuronpjrt there); this
+    # process alone runs its client on the CPU (start()).
+    os.environ["PJRT_DEVICE"] = "NEURON"
+    # torch-xla reads its persistent-cache path when it first compiles: a private one for this
+    # process (a process it starts sets its own here, so none reads another's).
+    xla_cache = Path(tempfile.mkdtemp(prefix="trn1-double-xla-"))
+    os.environ["XLA_PERSISTENT_CACHE_PATH"] = str(xla_cache)
+    from torch_xla._internal import neuron
+
+    neuron.configure_pjrt_environment()  # torch-xla's own: a torchrun worker gets its LOCAL_RANK
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    _state["xla_cache"] = xla_cache
+    atexit.register(shutil.rmtree, xla_cache, ignore_errors=True)
+
+    xlac = torch_xla._XLAC
+    real = {name: getattr(xlac, name) for name in
+            ("_xla_get_default_device", "_xla_get_replication_devices_count", "_xla_step_marker")}
+
+    def first_use(name):
+        def call(*args, **kwargs):
+            start(real["_xla_get_default_device"])
+            return real[name](*args, **kwargs)
+        return call
+
+    def step_marker(*args, **kwargs):
+        start(real["_xla_get_default_device"])
+        result = real["_xla_step_marker"](*args, **kwargs)
+        hand_new_graphs()
+        return result
+
+    xlac._xla_get_default_device = first_use("_xla_get_default_device")
+    xlac._xla_get_replication_devices_count = first_use("_xla_get_replication_devices_count")
+    xlac._xla_step_marker = step_marker
+    if os.environ.get("TORCHELASTIC_RUN_ID"):  # a torchrun worker: the Neuron world is the job
+        xr.world_size = lambda: int(os.environ.get("WORLD_SIZE", "1"))
+    xm.reduce_gradients = reduce_gradients
