@@ -8,7 +8,7 @@
 #   3. the classroom compile cache imported, when an archive is given (s3:// or a local file);
 #   4. JupyterLab as the systemd service workshop-lab (`make lab` on 127.0.0.1 with a token of
 #      its own), and the idle-stop timer workshop-idle (python -m deploy.idle_stop, every minute);
-#   5. JupyterLab answering with that token; the token published to SSM Parameter Store.
+#   5. JupyterLab's page served with that token; the token published to SSM Parameter Store.
 # Environment (user_data.sh sets these): LAB_USER, LAB_DLAMI_VENV, LAB_IDLE_MINUTES,
 # LAB_CACHE_ARCHIVE (may be empty), LAB_TOKEN_PARAMETER (empty: not published), LAB_REGION.
 # Seams for tests: LAB_PORT, LAB_CONFIG_DIR, LAB_SYSTEMD_DIR, LAB_READY_SECONDS; `systemctl`,
@@ -104,10 +104,10 @@ EOF
 systemctl daemon-reload
 systemctl enable --now workshop-lab.service workshop-idle.timer
 
-step "5/5 waiting for JupyterLab on 127.0.0.1:$LAB_PORT"
+step "5/5 waiting for JupyterLab's page on 127.0.0.1:$LAB_PORT/lab"
 for _ in $(seq "$LAB_READY_SECONDS"); do
-    if curl -fsS -o /dev/null -H "Authorization: token $token" \
-            "http://127.0.0.1:$LAB_PORT/api/status"; then
+    if curl -fs -o /dev/null --max-time 10 -H "Authorization: token $token" \
+            "http://127.0.0.1:$LAB_PORT/lab"; then
         if [ -n "$LAB_TOKEN_PARAMETER" ]; then
             aws ssm put-parameter --region "$LAB_REGION" --name "$LAB_TOKEN_PARAMETER" \
                 --type SecureString --overwrite --value "$token" > /dev/null
@@ -118,5 +118,5 @@ for _ in $(seq "$LAB_READY_SECONDS"); do
     fi
     sleep 1
 done
-fail "JupyterLab did not answer on 127.0.0.1:$LAB_PORT within $LAB_READY_SECONDS s:
+fail "JupyterLab did not serve 127.0.0.1:$LAB_PORT/lab within $LAB_READY_SECONDS s:
 $(systemctl status --no-pager workshop-lab.service 2>&1 | tail -n 20)"

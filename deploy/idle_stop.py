@@ -21,7 +21,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -43,6 +42,7 @@ class LabActivity:
     kernels: list[dict] = field(default_factory=list)  # /api/kernels
     terminals: list[dict] = field(default_factory=list)  # /api/terminals
     core_holders: list[str] = field(default_factory=list)  # processes holding a NeuronCore
+    unanswered: str = ""  # why JupyterLab's API did not answer, when it did not
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ def decide(activity: LabActivity, now: datetime, idle_minutes: float,
     since = max(moments) if moments else now
     idle = max(0.0, (now - since).total_seconds())
     limit = idle_minutes * 60
-    what = ("JupyterLab does not answer; " if activity.started is None else "") + (
+    what = (f"JupyterLab does not answer ({activity.unanswered}); " if activity.started is None
+            else "") + (
         f"idle for {idle / 60:.1f} min of {idle_minutes:g} ({len(activity.kernels)} kernel(s), "
         f"{len(activity.terminals)} terminal(s), no NeuronCore held)")
     return Verdict(False, idle, idle >= limit, ("stopping: " if idle >= limit else "") + what)
@@ -99,9 +100,10 @@ def read_activity(port: int, token: str, proc_root: Path = PROC_DIR,
         status = _get(f"{base}/status", token)
         kernels = _get(f"{base}/kernels?no_track_activity=1", token)
         terminals = _get(f"{base}/terminals?no_track_activity=1", token)
-    except (OSError, urllib.error.URLError, ValueError):
-        return LabActivity(None, core_holders=holders)
-    return LabActivity(parse_time(status["started"]), kernels, terminals, holders)
+        started = parse_time(status["started"])
+    except (OSError, ValueError, KeyError) as error:  # URLError is an OSError
+        return LabActivity(None, core_holders=holders, unanswered=str(error) or type(error).__name__)
+    return LabActivity(started, kernels, terminals, holders)
 
 
 def _load_state(path: Path) -> dict:
