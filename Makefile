@@ -30,6 +30,8 @@ SOLUTIONS := $(sort $(wildcard notebooks/solutions/[0-9][0-9]_*.py))
 # address, is what an SSH tunnel reaches (README: "JupyterLab on a remote trn1").
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
+# make lab LAB_ARGS=--no-browser: more jupyter lab options (the workshop stack's service passes that one).
+LAB_ARGS ?=
 # Jupyter refuses to start as root unless told: root is normal in containers and on instances.
 LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # make test PYTEST_ARGS="-k notebook": more pytest options. Two xdist workers: the notebooks
@@ -65,7 +67,7 @@ lab: data
 	@$(PY) -c 'import jupyter_server_proxy' 2>/dev/null || \
 	    { echo "jupyter-server-proxy is missing from $(VENV): run make venv" >&2; exit 1; }
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
-	    --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT_FLAG)
+	    --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
 test: data browser
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS) tests

@@ -1,0 +1,122 @@
+#!/bin/bash
+# deploy/bootstrap.sh: makes this machine a workshop lab, run as root by deploy/user_data.sh from the
+# clone it made (docs/workshop-stack.md). In order, each step stopping the lab with its reason:
+#   1. the Neuron 2.31 PyTorch 2.9 DLAMI venv is there (no other torch is ever downloaded here);
+#   2. `make venv data` as the lab user: .venv layered on the DLAMI venv, refused when the DLAMI
+#      venv's torch, torch-xla, torchvision, torch-neuronx or neuronx-cc are not the pinned ones
+#      (helpers/setup/venv_plan.py), then MNIST;
+#   3. the classroom compile cache imported, when an archive is given (s3:// or a local file);
+#   4. JupyterLab as the systemd service workshop-lab (`make lab` on 127.0.0.1 with a token of
+#      its own), and the idle-stop timer workshop-idle (python -m deploy.idle_stop, every minute);
+#   5. JupyterLab's page served with that token; the token published to SSM Parameter Store.
+# Environment (user_data.sh sets these): LAB_USER, LAB_DLAMI_VENV, LAB_IDLE_MINUTES,
+# LAB_CACHE_ARCHIVE (may be empty), LAB_TOKEN_PARAMETER (empty: not published), LAB_REGION.
+# Seams for tests: LAB_PORT, LAB_CONFIG_DIR, LAB_SYSTEMD_DIR, LAB_READY_SECONDS; `systemctl`,
+# `aws` and `curl` are found on PATH.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LAB_USER=${LAB_USER:-ubuntu}
+LAB_DLAMI_VENV=${LAB_DLAMI_VENV:-/opt/aws_neuronx_venv_pytorch_2_9}
+LAB_PORT=${LAB_PORT:-8888}
+LAB_CONFIG_DIR=${LAB_CONFIG_DIR:-/etc/workshop-lab}
+LAB_SYSTEMD_DIR=${LAB_SYSTEMD_DIR:-/etc/systemd/system}
+LAB_READY_SECONDS=${LAB_READY_SECONDS:-180}
+LAB_CACHE_ARCHIVE=${LAB_CACHE_ARCHIVE:-}
+LAB_TOKEN_PARAMETER=${LAB_TOKEN_PARAMETER:-}
+LAB_REGION=${LAB_REGION:-}
+: "${LAB_IDLE_MINUTES:?}"
+
+step() { echo "workshop lab: $*"; }
+fail() { echo "workshop lab: $*" >&2; exit 1; }
+as_lab_user() {
+    if [ "$(id -un)" = "$LAB_USER" ]; then "$@"; else sudo -u "$LAB_USER" -H -- "$@"; fi
+}
+
+step "1/5 the DLAMI venv $LAB_DLAMI_VENV"
+[ -x "$LAB_DLAMI_VENV/bin/python" ] || fail "$LAB_DLAMI_VENV is missing: this is not the Neuron 2.31
+'Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04)'. Launch the stack with that AMI."
+
+step "2/5 make venv data (pins checked against the DLAMI venv)"
+as_lab_user make --no-print-directory -C "$repo" venv data DLAMI_VENV="$LAB_DLAMI_VENV"
+python=$repo/.venv/bin/python
+
+if [ -n "$LAB_CACHE_ARCHIVE" ]; then
+    step "3/5 the classroom compile cache from $LAB_CACHE_ARCHIVE"
+    archive=$LAB_CACHE_ARCHIVE
+    if [[ $archive == s3://* ]]; then
+        archive=$(mktemp -d)/classroom-cache.tar.gz
+        aws s3 cp --only-show-errors --region "$LAB_REGION" "$LAB_CACHE_ARCHIVE" "$archive"
+        chmod a+r "$archive" && chmod a+x "$(dirname "$archive")"
+    fi
+    (cd "$repo" && as_lab_user "$python" -m helpers.cache import --no-progress "$archive")
+else
+    step "3/5 no classroom compile cache given: each graph compiles on first use"
+fi
+
+step "4/5 JupyterLab (workshop-lab.service) and the idle stop (workshop-idle.timer)"
+install -d -m 755 "$LAB_CONFIG_DIR"
+env_file=$LAB_CONFIG_DIR/lab.env
+if [ ! -s "$env_file" ]; then  # a lab keeps its token across stops, starts and re-runs
+    (umask 077 && echo "JUPYTER_TOKEN=$("$python" -c 'import secrets; print(secrets.token_hex(24))')" \
+        > "$env_file")
+fi
+token=$(sed -n 's/^JUPYTER_TOKEN=//p' "$env_file")
+make=$(command -v make)
+cat > "$LAB_SYSTEMD_DIR/workshop-lab.service" <<EOF
+[Unit]
+Description=JupyterLab of the Trainium workbook, on 127.0.0.1:$LAB_PORT (workshop lab)
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+User=$LAB_USER
+WorkingDirectory=$repo
+EnvironmentFile=$env_file
+Environment=PATH=/opt/aws/neuron/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ExecStart=$make --no-print-directory lab LAB_IP=127.0.0.1 LAB_PORT=$LAB_PORT LAB_ARGS=--no-browser
+Restart=on-failure
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target
+EOF
+cat > "$LAB_SYSTEMD_DIR/workshop-idle.service" <<EOF
+[Unit]
+Description=Stop this workshop lab after $LAB_IDLE_MINUTES idle minutes (python -m deploy.idle_stop)
+
+[Service]
+Type=oneshot
+WorkingDirectory=$repo
+EnvironmentFile=$env_file
+ExecStart=$python -m deploy.idle_stop --port $LAB_PORT --idle-minutes $LAB_IDLE_MINUTES
+EOF
+cat > "$LAB_SYSTEMD_DIR/workshop-idle.timer" <<EOF
+[Unit]
+Description=Check every minute whether this workshop lab is idle
+
+[Timer]
+OnBootSec=5min
+OnUnitActiveSec=1min
+
+[Install]
+WantedBy=timers.target
+EOF
+systemctl daemon-reload
+systemctl enable --now workshop-lab.service workshop-idle.timer
+
+step "5/5 waiting for JupyterLab's page on 127.0.0.1:$LAB_PORT/lab"
+for _ in $(seq "$LAB_READY_SECONDS"); do
+    if curl -fs -o /dev/null --max-time 10 -H "Authorization: token $token" \
+            "http://127.0.0.1:$LAB_PORT/lab"; then
+        if [ -n "$LAB_TOKEN_PARAMETER" ]; then
+            aws ssm put-parameter --region "$LAB_REGION" --name "$LAB_TOKEN_PARAMETER" \
+                --type SecureString --overwrite --value "$token" > /dev/null
+            step "token published to SSM parameter $LAB_TOKEN_PARAMETER"
+        fi
+        step "JupyterLab answers on 127.0.0.1:$LAB_PORT"
+        exit 0
+    fi
+    sleep 1
+done
+fail "JupyterLab did not serve 127.0.0.1:$LAB_PORT/lab within $LAB_READY_SECONDS s:
+$(systemctl status --no-pager workshop-lab.service 2>&1 | tail -n 20)"

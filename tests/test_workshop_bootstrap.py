@@ -1,0 +1,173 @@
+"""A workshop lab boots as its user data says (deploy/user_data.sh run with the header the
+template gives it): on a simulated Neuron DLAMI (tests/workshop_machine.py), from a clone of this
+checkout, up to a real JupyterLab from the lab's venv answering on 127.0.0.1 with the token it
+published, the classroom cache (made by this workbook's own export) imported, the idle-stop unit's
+own command run against that JupyterLab, and cfn-signal sent with success. A DLAMI of other
+versions, or none, fails the signal with the reason in the lab's log.
+
+What stands in for AWS and systemd is on PATH only: cfn-signal, aws, systemctl. The user data's
+seams (LAB_USER, LAB_DLAMI_VENV, LAB_REPO_DIR, LAB_LOG, and bootstrap's LAB_PORT, LAB_CONFIG_DIR,
+LAB_SYSTEMD_DIR) point the rest into a temp directory (docs/workshop-stack.md)."""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from deploy.template import embedded_user_data, load
+from helpers.cache.archive import export_cache
+from helpers.cache.demo import build_demo_cache
+from helpers.cache.scan import scan_cache
+from tests.workshop_machine import (NEURON_PACKAGES, recorded_calls, stop_units, write_commands,
+                                    write_dlami, write_repository)
+
+STACK, REGION, SEAT, BRANCH = "teststack", "us-east-1", "01", "workshop-test"
+TOKEN_PARAMETER = f"/{STACK}/lab{SEAT}/jupyter-token"
+VENV_PREFIX = Path(sys.prefix)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def user_data(values: dict[str, str]) -> str:
+    """The template's user data for one seat, Fn::Sub done as CloudFormation does it."""
+    header, body = embedded_user_data(load())
+    filled = re.sub(r"\$\{([^}!]+)\}", lambda m: values[m.group(1)], header)
+    return filled + body
+
+
+def boot(tmp_path: Path, mnist_root, *, dlami: Path | None, archive: Path | None = None,
+         timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
+    machine = {
+        "repo": tmp_path / "home" / "workbook", "systemd": tmp_path / "systemd",
+        "config": tmp_path / "etc", "log": tmp_path / "workshop-lab.log",
+        "cache": tmp_path / "neuron-compile-cache", "port": free_port(),
+    }
+    machine["systemd"].mkdir()
+    machine["calls"] = write_commands(tmp_path / "bin")
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    script = tmp_path / "user-data"
+    script.write_text(user_data({
+        "AWS::StackName": STACK, "AWS::Region": REGION, "Seat": SEAT,
+        "RepositoryUrl": write_repository(origin, BRANCH), "RepositoryRef": BRANCH,
+        "ClassroomCacheUrl": str(archive or ""), "IdleMinutes": "60"}))
+    env = {**os.environ,
+           "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+           "LAB_USER": getpass.getuser(), "LAB_REPO_DIR": str(machine["repo"]),
+           "LAB_DLAMI_VENV": str(dlami or tmp_path / "opt" / "none"),
+           "LAB_LOG": str(machine["log"]), "LAB_PORT": str(machine["port"]),
+           "LAB_CONFIG_DIR": str(machine["config"]), "LAB_SYSTEMD_DIR": str(machine["systemd"]),
+           "LAB_READY_SECONDS": "60",
+           "MNIST_DATA_DIR": str(mnist_root), "NEURON_COMPILE_CACHE_URL": str(machine["cache"]),
+           # The simulated DLAMI lends the notebook packages too, so pip installs none of them
+           # into .venv; their Jupyter configuration and JupyterLab's assets, which an install
+           # there would bring, are found where this venv has them.
+           "JUPYTER_CONFIG_PATH": str(VENV_PREFIX / "etc" / "jupyter"),
+           "JUPYTER_PATH": str(VENV_PREFIX / "share" / "jupyter")}
+    env.pop("PYTHONPATH", None)  # the lab runs the clone, not this checkout
+    env.pop("VIRTUAL_ENV", None)
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    return result, machine
+
+
+def get(port: int, path: str, token: str | None):
+    headers = {"Authorization": f"token {token}"} if token else {}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return answer.status, json.load(answer)
+
+
+@pytest.mark.e2e
+def test_a_lab_boots_to_jupyterlab_on_loopback_with_the_classroom_cache(tmp_path, mnist_root):
+    source = tmp_path / "classroom"
+    build_demo_cache(source / "cache", ["done_hex", "failed"])
+    archive = tmp_path / "classroom-cache.tar.gz"
+    exported = export_cache(source / "cache", archive, progress=False)
+    dlami = write_dlami(tmp_path / "opt")
+    started = time.monotonic()
+    try:
+        result, lab = boot(tmp_path, mnist_root, dlami=dlami, archive=archive)
+        took = time.monotonic() - started
+        log = result.stdout + result.stderr  # what the lab's log file and console get
+        assert result.returncode == 0, log[-3000:]
+        assert "workshop lab: ready" in lab["log"].read_text()
+        print(f"user data to a ready lab: {took:.1f} s")
+
+        # The venv was layered on the DLAMI venv (make venv's dlami path), not downloaded.
+        assert f"Using the Neuron DLAMI venv {dlami}" in log
+        assert (next((lab["repo"] / ".venv").glob("lib/python3*/site-packages"))
+                / "_neuron_dlami_base.pth").is_file()
+
+        # The classroom cache: the done entry imported, the failed one not.
+        entries = {e.key: e.state for e in scan_cache(lab["cache"]).entries}
+        assert exported.entries == 1 and list(entries.values()) == ["done"]
+        assert "3/5 the classroom compile cache" in log
+
+        # JupyterLab answers on 127.0.0.1 with the lab's token, only with it, from the clone.
+        token = (lab["config"] / "lab.env").read_text().strip().removeprefix("JUPYTER_TOKEN=")
+        assert len(token) == 48 and (lab["config"] / "lab.env").stat().st_mode & 0o077 == 0
+        status, contents = get(lab["port"], "/api/contents", token)
+        assert status == 200 and "00_setup.ipynb" in {c["name"] for c in contents["content"]}
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            get(lab["port"], "/api/contents", None)
+        assert refused.value.code == 403
+        session = psutil.Process(int((lab["systemd"] / "workshop-lab.service.pid").read_text()))
+        listening = {c.laddr.ip for p in [session, *session.children(recursive=True)]
+                     for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+        assert listening == {"127.0.0.1"}
+
+        # The token went to its SSM parameter; the stack got a success signal, last.
+        calls = recorded_calls(lab["calls"])
+        assert calls[-2][:8] == ["aws", "ssm", "put-parameter", "--region", REGION, "--name",
+                                 TOKEN_PARAMETER, "--type"] and calls[-2][-1] == token
+        assert calls[-1] == ["cfn-signal", "-e", "0", "--stack", STACK, "--resource",
+                             f"Lab{SEAT}", "--region", REGION]
+
+        # The idle-stop unit's own command, run against this JupyterLab: idle, not stopping.
+        idle_unit = (lab["systemd"] / "workshop-idle.service").read_text()
+        command = shlex.split(re.search(r"^ExecStart=(.*)$", idle_unit, re.M).group(1))
+        assert command[command.index("--idle-minutes") + 1] == "60"
+        assert "OnUnitActiveSec=1min" in (lab["systemd"] / "workshop-idle.timer").read_text()
+        checked = subprocess.run(command + ["--dry-run", "--state", str(tmp_path / "idle.json")],
+                                 cwd=lab["repo"], env={**os.environ, "JUPYTER_TOKEN": token,
+                                                       "PYTHONPATH": ""},
+                                 capture_output=True, text=True, timeout=60)
+        assert checked.returncode == 0, checked.stderr
+        assert re.fullmatch(r"idle for 0\.\d min of 60 \(0 kernel\(s\), 0 terminal\(s\), "
+                            r"no NeuronCore held\)\n", checked.stdout)
+    finally:
+        stop_units(lab["systemd"] if "lab" in locals() else tmp_path / "systemd")
+
+
+@pytest.mark.parametrize("versions, says, status", [
+    (None, "is missing: this is not the Neuron 2.31", 1),
+    ({**NEURON_PACKAGES, "neuronx_cc": "2.25.3371.0"},  # a Neuron 2.30 DLAMI's compiler
+     "holds neuronx-cc 2.25.3371.0 (pinned 2.26.6360.0)", 2),
+])
+def test_a_lab_on_another_dlami_fails_its_signal_with_the_reason(tmp_path, mnist_root, versions,
+                                                                 says, status):
+    dlami = write_dlami(tmp_path / "opt", versions) if versions else None
+    result, lab = boot(tmp_path, mnist_root, dlami=dlami, timeout=120)
+    log = result.stdout + result.stderr
+    assert result.returncode == status and says in log, log[-3000:]
+    assert lab["log"].stat().st_size > 0
+    assert "workshop lab: FAILED" in log and not (lab["systemd"] / "workshop-lab.service").exists()
+    assert recorded_calls(lab["calls"]) == [["cfn-signal", "-e", str(status), "--stack", STACK,
+                                            "--resource", f"Lab{SEAT}", "--region", REGION]]
