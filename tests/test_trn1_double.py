@@ -1,0 +1,45 @@
+"""The trn1 double's own rules, each against a real process (tests/trn1_double)."""
+import subprocess
+import sys
+
+import pytest
+
+from tests.paths import REPO_ROOT
+from tests.trn1_double import build_instance, journal
+
+pytestmark = pytest.mark.e2e
+
+HOLD = ("from mnist_mlp.backend import select_backend\n"
+        "b = select_backend(); d = b.device; import sys, time\n"
+        "print(b.name, flush=True); sys.stdin.read()")
+
+
+def python(code, env, **kw):
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            **kw)
+
+
+def test_a_held_core_refuses_the_next_process_with_the_runtime_line(tmp_path):
+    import os
+
+    env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"},
+           **build_instance(tmp_path)}
+    holder = python(HOLD, {**env, "NEURON_RT_VISIBLE_CORES": "0"})
+    try:
+        assert holder.stdout.readline().strip() == "neuron"
+        other = python(HOLD, {**env, "NEURON_RT_VISIBLE_CORES": "1"})  # the free core: fine
+        assert other.stdout.readline().strip() == "neuron"
+        other.communicate("", timeout=60)
+        every = python(HOLD, env)  # no variable: every core, 0 included
+        _, err = every.communicate("", timeout=60)
+        assert every.returncode != 0
+        assert ("ERROR NRT:nrt_allocate_neuron_cores NeuronCore(s) not available - "
+                "Requested:nc0-nc1 Available:1") in err
+    finally:
+        holder.communicate("", timeout=60)
+    events = [(e["event"], e.get("cores")) for e in journal(tmp_path)]
+    assert events == [("reserved", [0]), ("reserved", [1]), ("refused", [0, 1])]
+    again = python(HOLD, env)  # the holder exited: its cores are free again
+    assert again.stdout.readline().strip() == "neuron"
+    again.communicate("", timeout=60)
