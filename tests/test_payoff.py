@@ -69,7 +69,7 @@ def test_figures_carry_the_tutorials_own_labels():
     assert rows["torchrun, 2 workers (per worker)"][3] == "trn1.32xlarge"
     assert rows["train.py, one NeuronCore, no MpDeviceLoader"][3] == "trn1.32xlarge"
     chip = {r[0]: r for r in payoff.chip_rows()}
-    assert chip["two NeuronCores, one chip"][1:] == ["2 x 163", "10,448", "1.14x"]
+    assert chip["two NeuronCores, two workers"][1:] == ["2 x 163", "10,448", "1.14x"]
     assert chip["host CPU, one process"][1:] == ["287", "9,183", "1.00x"]
 
 
@@ -99,7 +99,7 @@ def test_the_crossover_range_and_its_sentence():
     assert found["speedup"] == pytest.approx((0.08 / terms["high"].step_s(8192, widths),
                                               0.08 / terms["low"].step_s(8192, widths)))
     text = payoff.describe_crossover(found, "batch")
-    assert "from about batch" in text and "at batch 8192 it is" in text
+    assert "from about batch" in text and "at batch 8192 it is" in text and "x to " in text
     wide = {(512, (w, w)): s for w, s in ((256, 0.001), (1024, 0.01))}
     text = payoff.describe_crossover(payoff.crossover_range(wide, terms, batch=512), "width")
     assert "from about width 411" in text and "at width 1024 it is" in text

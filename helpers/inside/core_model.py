@@ -97,9 +97,9 @@ def describe_terms(terms: dict) -> list[list[str]]:
     return [["peak, one NeuronCore", f"{terms['peak_flops'] / 1e12:.2f} TFLOP/s",
              "half a Trainium chip's 47.5 FP32 TFLOPS"],
             ["fixed cost per step", f"{terms['fixed_s'] * ms:.2f} ms",
-             "1/192 it/s, less the batch-32 products at peak"],
+             "a step at 192 it/s, less its batch-32 products at peak"],
             ["  of it the data loader", f"0 to {terms['loader_max_s'] * ms:.2f} ms",
-             "at most the CPU's whole step, 1/287 it/s (same loader)"],
+             "at most a whole CPU step at 287 it/s (same loader; host not stated)"],
             ["  so on the device", f"{terms['low'].fixed_s * ms:.2f} to {terms['fixed_s'] * ms:.2f} ms",
              "the model's range"],
             ["all-reduce, 2 workers", f"{terms['allreduce_s'] * ms:.3f} ms",
@@ -118,7 +118,7 @@ def chip_rows(data: dict | None = None) -> list[list]:
     """Images per second on the tutorial's figures: the host CPU, one NeuronCore, the chip's two."""
     rates = published_throughputs(data)
     rows = [("host CPU, one process", 1, rates["cpu"]), ("one NeuronCore", 1, rates["torchrun_w1"]),
-            ("two NeuronCores, one chip", 2, rates["torchrun_w2"])]
+            ("two NeuronCores, two workers", 2, rates["torchrun_w2"])]
     return [[what, f"{it_s:.0f}" if n == 1 else f"{n} x {it_s:.0f}", f"{n * it_s * TUTORIAL_BATCH:,.0f}",
              f"{n * it_s / rates['cpu']:.2f}x"] for what, n, it_s in rows]
 

@@ -122,12 +122,14 @@ def describe_crossover(found: dict, along: str) -> str:
         if x is None:
             return "nowhere measured"
         return "below the first point" if x == 0 else f"about {along} {x:,.0f}"
+    def times(ratio):
+        return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:,.0f}x"
     key = found["largest"]
     largest = f"batch {key[0]}" if along == "batch" else f"width {key[1][0]}"
     slow, fast = found["speedup"]
     return (f"by {along}: one NeuronCore (modelled) overtakes this CPU from {at(found['from'])} "
             f"(device fixed cost at the range's low end) to {at(found['to'])} (its high end); "
-            f"at {largest} it is {slow:.2g}x to {fast:.2g}x the CPU")
+            f"at {largest} it is {times(slow)} to {times(fast)} the CPU")
 
 
 def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_for_widths: int):
