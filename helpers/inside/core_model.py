@@ -7,8 +7,8 @@ How much of it is the loader the log does not say: at most the tutorial's whole 
 (287 it/s, the same loader at batch 32), which bounds the device's share from below. With two
 workers a step also all-reduces the gradients (nccom-test's example). The model is fitted to the
 one-worker figure only; the two-worker figure is held out to test it. Adding the arithmetic to
-the fixed cost ignores that a pipelined loop overlaps the two; at this MLP's crossovers the arithmetic is
-under a percent of the step, so that error is small there.
+the fixed cost ignores that a pipelined loop overlaps the two; at this MLP's crossovers the
+arithmetic is under a percent of the step, so that error is small there.
 """
 from __future__ import annotations
 
