@@ -183,6 +183,23 @@ def test_inside_a_run_checks(tmp_path, monkeypatch):
     assert ex.check_logged_scalars(logdir, "other/tag", [0.1]).verdict == ex.NOT_YET
 
 
+def test_where_the_core_wins_check():
+    from helpers.inside.payoff import core_wins_from_batch, model_terms
+
+    widths, peak = (1024, 1024), model_terms()["peak_flops"]
+    truth = core_wins_from_batch(0.003, widths, 5e10, peak)  # about 16: the core wins at 32
+    assert ex.check_core_wins_from(None, 0.003, widths, 5e10).verdict == ex.NOT_YET
+    for junk in JUNK:
+        assert not ex.check_core_wins_from(junk, 0.003, widths, 5e10).ok
+    assert ex.check_core_wins_from(truth * 1.1, 0.003, widths, 5e10).verdict == ex.WRONG
+    right = ex.check_core_wins_from(truth * 1.01, 0.003, widths, 5e10)
+    assert right.ok and "the core wins" in right.message
+    slow_core = ex.check_core_wins_from(core_wins_from_batch(0.003, widths, 5e11, peak), 0.003,
+                                        widths, 5e11)
+    assert slow_core.ok and "the CPU wins" in slow_core.message
+    assert ex.check_core_wins_from(100, 0.003, widths, 2 * peak).verdict == ex.WRONG  # never wins
+
+
 def in_own_process(solution) -> bool:
     """A solution that trains on XLA counts the graphs its own process compiles, in a fresh
     process as in a learner's fresh kernel: it runs as a script. The others run in this process

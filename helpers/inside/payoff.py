@@ -1,96 +1,35 @@
 """Notebook 07, when a NeuronCore wins: the MLP's step time on the host CPU (measured), on the XLA
-device (measured, a few points), and on one NeuronCore (modelled from cited figures).
+device (measured, a few points), against one NeuronCore's modelled range (core_model.py), and
+where they cross.
 
-The model is deliberately simple: a step costs a fixed time (tracing, launching, moving the
-batch: what the AWS MLP tutorial's batch-32 throughput is made of) plus its matrix products at
-the NeuronCore's peak rate. Peak is an upper bound on speed, so the modelled NeuronCore is
-optimistic and the crossover it gives is the earliest a NeuronCore could win.
+Both measured lines time a step on data already in memory (no data loader), as the model's low
+end leaves the loader out; the crossover is given for both ends of the model's range.
 """
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
 
 import torch
 
-from helpers.show.cost import TUTORIAL_BATCH, load_cost_data
+from helpers.inside.core_model import (  # noqa: F401  (notebook 07 and the tests import them here)
+    CHIP_TFLOPS, CLASSES, CORES_PER_CHIP, INPUT, TUTORIAL_WIDTHS, NeuronCoreModel, chip_rows,
+    describe_terms, figure_rows, layer_sizes, matmul_flops, model_from_tutorial, model_terms,
+    parameter_count, published_throughputs, two_worker_prediction)
+from helpers.show.cost import TUTORIAL_BATCH
 from mnist_mlp.model import MLP
 
-TUTORIAL_WIDTHS = (120, 84)
-INPUT, CLASSES = 784, 10
-TRAINIUM = ("https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/about-neuron/arch/"
-            "neuron-hardware/trainium.html")
-# One Trainium chip: "Two NeuronCore-v2", "190 FP16/BF16/cFP8/TF32 TFLOPS, and 47.5 FP32 TFLOP".
-CHIP_TFLOPS = {"fp32": 47.5, "bf16": 190.0}
-CORES_PER_CHIP = 2
 
-
-def layer_sizes(widths=TUTORIAL_WIDTHS) -> list[tuple[int, int]]:
-    sizes = [INPUT, *widths, CLASSES]
-    return list(zip(sizes[:-1], sizes[1:]))
-
-
-def matmul_flops(batch: int, widths=TUTORIAL_WIDTHS) -> int:
-    """FLOPs of one training step's matrix products (2 per multiply-add): the forward pass, the
-    weight gradients, and the input gradients of every layer but the first (the images need none)."""
-    products = [n_in * n_out for n_in, n_out in layer_sizes(widths)]
-    return 2 * batch * (2 * sum(products) + sum(products[1:]))
-
-
-def parameter_count(widths=TUTORIAL_WIDTHS) -> int:
-    return sum(n_in * n_out + n_out for n_in, n_out in layer_sizes(widths))
-
-
-@dataclass(frozen=True)
-class NeuronCoreModel:
-    """Seconds per step on one NeuronCore: fixed_s + matrix FLOPs at peak_flops."""
-    fixed_s: float
-    peak_flops: float
-    precision: str = "fp32"
-
-    def step_s(self, batch: int, widths=TUTORIAL_WIDTHS) -> float:
-        return self.fixed_s + matmul_flops(batch, widths) / self.peak_flops
-
-
-def published_throughputs(data: dict | None = None) -> dict[str, float]:
-    """The tutorial's it/s per worker, by stage (xla, torchrun_w1, torchrun_w2), and its host
-    CPU's (cpu, which the cost table does not price)."""
-    data = data or load_cost_data()
-    runs = {run["stage"]: run["throughput_it_s"] for run in data["published_runs"]}
-    return {"cpu": data["published_cpu_it_s"]["throughput_it_s"], **runs}
-
-
-def model_from_tutorial(precision: str = "fp32", data: dict | None = None) -> NeuronCoreModel:
-    """The fixed cost from the tutorial's overlapped loop (MpDeviceLoader, one worker: 192 it/s),
-    less the little its batch-32 products take at peak."""
-    peak = CHIP_TFLOPS[precision] * 1e12 / CORES_PER_CHIP
-    step = 1 / published_throughputs(data)["torchrun_w1"]
-    return NeuronCoreModel(step - matmul_flops(TUTORIAL_BATCH) / peak, peak, precision)
-
-
-def against_the_tutorial(model: NeuronCoreModel, data: dict | None = None) -> list[dict]:
-    """The model beside each of the tutorial's NeuronCore figures, with why where it is off."""
-    published = published_throughputs(data)
-    modelled = 1 / model.step_s(TUTORIAL_BATCH)
-    why = {"torchrun_w1": "the figure the fixed cost is taken from",
-           "torchrun_w2": "the gradient all-reduce between the two workers is not in the model",
-           "xla": "this loop waits for every step (no MpDeviceLoader): its fixed cost is larger"}
-    rows = []
-    for stage in ("torchrun_w1", "torchrun_w2", "xla"):
-        off = modelled / published[stage] - 1
-        rows.append({"stage": stage, "published_it_s": published[stage], "model_it_s": modelled,
-                     "off": off, "within_25": abs(off) <= 0.25, "why": why[stage]})
-    return rows
-
-
-def _timed_steps(step, steps: int, warmup: int, wait=lambda: None) -> float:
-    """The fastest of `steps` timed steps after `warmup` untimed ones (as timeit reports): steps
-    the machine's other work delayed do not move it."""
+def _timed_steps(step, steps: int, warmup: int, wait=lambda: None, min_seconds: float = 0.05,
+                 max_steps: int = 200) -> float:
+    """The fastest timed step after `warmup` untimed ones (as timeit reports): at least `steps`
+    of them, more while they add up to under min_seconds (short steps get many chances), so
+    steps the machine's other work delayed do not move it."""
     for _ in range(warmup):
         step()
     wait()
     times = []
-    for _ in range(steps):
+    while len(times) < steps or (sum(times) < min_seconds and len(times) < max_steps):
         start = time.perf_counter()
         step()
         wait()
@@ -142,52 +81,77 @@ def sweep(measure, points) -> dict:
     return {(batch, tuple(widths)): measure(batch, widths) for batch, widths in points}
 
 
-def crossover(cpu: dict, model: NeuronCoreModel, widths=None, batch=None) -> dict:
-    """Along the measured points of one sweep (fixed widths, or fixed batch) in sweep order: the
-    last point where the CPU still wins, the first where the modelled NeuronCore does (None when
-    it never does), and the NeuronCore's speed-up at the largest point (below 1: it loses)."""
-    line = [(key, cpu_s / model.step_s(*key)) for key, cpu_s in cpu.items()
-            if (widths is None or key[1] == tuple(widths)) and (batch is None or key[0] == batch)]
+def _line(cpu: dict, widths=None, batch=None) -> list:
+    """[(x, key, cpu seconds)] along one sweep (fixed widths: x is the batch; fixed batch: x is the
+    first hidden width), in order of x."""
+    line = sorted((key[0] if batch is None else key[1][0], key, seconds)
+                  for key, seconds in cpu.items()
+                  if (widths is None or key[1] == tuple(widths)) and (batch is None or key[0] == batch))
     if not line:
         raise ValueError("no measured point in that sweep: give widths= or batch= of the sweep")
-    first_win = next((i for i, (_, speedup) in enumerate(line) if speedup > 1), None)
-    return {"cpu_wins_at": line[first_win - 1][0] if first_win else None,
-            "core_wins_from": line[first_win][0] if first_win is not None else None,
-            "speedup_at_largest": line[-1][1], "largest": line[-1][0]}
+    return line
+
+
+def crossing(cpu: dict, model: NeuronCoreModel, widths=None, batch=None):
+    """Where along one sweep the modelled NeuronCore starts to beat the measured CPU: the batch
+    (or width) at which the two lines meet, interpolated on log scales between the last measured
+    point where the CPU wins and the first where the core does. None when the core wins nowhere;
+    0 when it already wins at the first point."""
+    line = _line(cpu, widths, batch)
+    gap = [(x, math.log(seconds / model.step_s(*key))) for x, key, seconds in line]
+    if gap[0][1] > 0:
+        return 0
+    for (x0, g0), (x1, g1) in zip(gap, gap[1:]):
+        if g1 > 0:
+            return math.exp(math.log(x0) + (math.log(x1) - math.log(x0)) * -g0 / (g1 - g0))
+    return None
+
+
+def crossover_range(cpu: dict, terms: dict, widths=None, batch=None) -> dict:
+    """The crossing for both ends of the model's fixed-cost range, and the core's speed-up over
+    the CPU at the sweep's largest point for each."""
+    _, key, seconds = _line(cpu, widths, batch)[-1]
+    return {"from": crossing(cpu, terms["low"], widths, batch),
+            "to": crossing(cpu, terms["high"], widths, batch), "largest": key,
+            "speedup": (seconds / terms["high"].step_s(*key), seconds / terms["low"].step_s(*key))}
 
 
 def describe_crossover(found: dict, along: str) -> str:
-    """One sentence for a crossover() result; along: "batch" or "width"."""
-    def name(key):
-        return f"batch {key[0]}" if along == "batch" else f"width {key[1][0]}"
-    largest = f"{found['speedup_at_largest']:.2g}x the CPU at {name(found['largest'])}"
-    if found["core_wins_from"] is None:
-        return f"by {along}: the CPU wins at every point measured (the modelled core: {largest})"
-    still = f"the CPU still wins at {name(found['cpu_wins_at'])}, " if found["cpu_wins_at"] else ""
-    return (f"by {along}: {still}one NeuronCore (modelled) wins from "
-            f"{name(found['core_wins_from'])}, and is {largest}")
+    """One sentence for a crossover_range() result; along: "batch" or "width"."""
+    def at(x):
+        if x is None:
+            return "nowhere measured"
+        return "below the first point" if x == 0 else f"about {along} {x:,.0f}"
+    def times(ratio):
+        return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:,.0f}x"
+    key = found["largest"]
+    largest = f"batch {key[0]}" if along == "batch" else f"width {key[1][0]}"
+    slow, fast = found["speedup"]
+    return (f"by {along}: one NeuronCore (modelled) overtakes this CPU from {at(found['from'])} "
+            f"(device fixed cost at the range's low end) to {at(found['to'])} (its high end); "
+            f"at {largest} it is {times(slow)} to {times(fast)} the CPU")
 
 
-def plot_payoff(cpu: dict, device: dict, model: NeuronCoreModel, device_label: str,
-                batch_for_widths: int):
+def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_for_widths: int):
     """Two panels, one legend (4 entries): ms per step against batch size (the tutorial's
-    widths), and against hidden width (at batch_for_widths)."""
+    widths), and against hidden width (at batch_for_widths); the model as a band (its range)."""
     import matplotlib.pyplot as plt
 
     published = published_throughputs()
     fig, (by_batch, by_width) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    panels = [(by_batch, lambda b, w: w == TUTORIAL_WIDTHS, lambda b, w: b,
+    panels = [(by_batch, {"widths": TUTORIAL_WIDTHS}, lambda b, w: w == TUTORIAL_WIDTHS,
                f"batch size (hidden widths {TUTORIAL_WIDTHS[0]}/{TUTORIAL_WIDTHS[1]})"),
-              (by_width, lambda b, w: b == batch_for_widths, lambda b, w: w[0],
+              (by_width, {"batch": batch_for_widths}, lambda b, w: b == batch_for_widths,
                f"hidden width (both layers; batch {batch_for_widths})")]
-    for ax, keep, x_of, xlabel in panels:
-        points = sorted((x_of(b, w), s, b, w) for (b, w), s in cpu.items() if keep(b, w))
-        xs = [p[0] for p in points]
-        ax.plot(xs, [1e3 * p[1] for p in points], "o-", color="tab:blue",
+    for ax, sweep_of, keep, xlabel in panels:
+        line = _line(cpu, **sweep_of)
+        xs = [x for x, _, _ in line]
+        ax.plot(xs, [1e3 * s for _, _, s in line], "o-", color="tab:blue",
                 label="host CPU, plain PyTorch (measured here)")
-        ax.plot(xs, [1e3 * model.step_s(p[2], p[3]) for p in points], "--", color="tab:orange",
-                label="one NeuronCore, modelled (estimate, FP32 peak)")
-        dev = sorted((x_of(b, w), s) for (b, w), s in device.items() if keep(b, w))
+        ax.fill_between(xs, [1e3 * terms["low"].step_s(*k) for _, k, _ in line],
+                        [1e3 * terms["high"].step_s(*k) for _, k, _ in line], color="tab:orange",
+                        alpha=0.35, label="one NeuronCore, modelled (range: loader's share unknown)")
+        dev = sorted((b if ax is by_batch else w[0], s) for (b, w), s in device.items() if keep(b, w))
         ax.plot([d[0] for d in dev], [1e3 * d[1] for d in dev], "s", color="tab:green",
                 label=device_label)
         ax.set(xscale="log", yscale="log", xlabel=xlabel)
@@ -195,10 +159,18 @@ def plot_payoff(cpu: dict, device: dict, model: NeuronCoreModel, device_label: s
         ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.grid(True, which="both", alpha=0.3)
     by_batch.plot([TUTORIAL_BATCH] * 2, [1e3 / published["cpu"], 1e3 / published["torchrun_w1"]],
-                  "k*", markersize=10, label="AWS tutorial on trn1: host CPU, one NeuronCore")
+                  "k*", markersize=10, label="AWS tutorial's logs: host CPU, one NeuronCore")
     by_batch.set_ylabel("ms per training step")
     fig.legend(*by_batch.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=9,
                frameon=False)
     fig.suptitle("Lower is faster: the NeuronCore's fixed cost against the CPU's growing work")
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig
+
+
+def core_wins_from_batch(fixed_s: float, widths, cpu_flops: float, peak_flops: float):
+    """The batch at which a NeuronCore's step (fixed_s + FLOPs at peak_flops) equals a CPU's that
+    does the same FLOPs at cpu_flops; None when the CPU is the faster at arithmetic."""
+    per_image = matmul_flops(1, widths)
+    saved = per_image / cpu_flops - per_image / peak_flops
+    return fixed_s / saved if saved > 0 else None

@@ -5,5 +5,5 @@ from helpers.checks.exercises.steps_and_graphs import ONE_BATCH_TARGET, SETTLED_
 from helpers.checks.exercises.compile_cache import CACHE_KEY_ANSWERS, check_cache_dir_flag, check_cache_key  # noqa: F401
 from helpers.checks.exercises.data_parallel import check_distributed_sampler, check_torchrun_standalone  # noqa: F401
 from helpers.checks.exercises.bf16_rounding import check_bf16_smallest_update, check_repeated_small_adds, largest_surviving_exponent, repeated_small_adds  # noqa: F401
-from helpers.checks.exercises.inside_and_payoff import check_compile_counters, check_logged_scalars, check_step_flops  # noqa: F401
+from helpers.checks.exercises.inside_and_payoff import check_compile_counters, check_core_wins_from, check_logged_scalars, check_step_flops  # noqa: F401
 from helpers.checks.exercises.feedback import NOT_YET, RIGHT, WRONG, Feedback  # noqa: F401

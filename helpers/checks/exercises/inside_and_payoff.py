@@ -1,4 +1,5 @@
-"""Notebooks 06 and 07: torch_xla's compile counters, a SummaryWriter scalar, a step's FLOPs."""
+"""Notebooks 06 and 07: torch_xla's compile counters, a SummaryWriter scalar, a step's FLOPs, the
+batch from which a NeuronCore wins."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,17 +51,41 @@ def check_logged_scalars(logdir, tag: str, values: list[float]) -> Feedback:
 
 def check_step_flops(predicted, batch: int, widths: tuple[int, ...]) -> Feedback:
     """07, exercise 1: the FLOPs of one training step's matrix products for MLP(layers=widths)."""
-    from helpers.inside.payoff import matmul_flops, model_from_tutorial
+    from helpers.inside.core_model import matmul_flops, model_terms
 
     name = "Exercise 07.1 (count a step's FLOPs)"
-    exact, core = matmul_flops(batch, widths), model_from_tutorial("fp32")
+    exact, terms = matmul_flops(batch, widths), model_terms("fp32")
     hint = ("for each nn.Linear (in_features, out_features): forward 2·batch·in·out; backward the "
             "weight gradient (the same) and the input gradient (the same again, except for the "
             "first layer, whose input is the images).")
     return judge_exact(
         name, predicted, exact, hint, variable="step_flops",
         right=(f"{exact / 1e9:.2f} GFLOP per step: at a NeuronCore's FP32 peak about "
-               f"{exact / core.peak_flops * 1e6:.0f} µs, still small beside the fixed cost of about "
-               f"{core.fixed_s * 1e3:.0f} ms."),
+               f"{exact / terms['peak_flops'] * 1e6:.0f} µs, still small beside the fixed cost of "
+               f"{terms['low'].fixed_s * 1e3:.1f} to {terms['fixed_s'] * 1e3:.1f} ms."),
         wrong=lambda guess: (f"{guess:,.0f} is within 20 %, not exact." if abs(guess - exact) < 0.2 * exact
                              else f"you said {predicted}."))
+
+
+def check_core_wins_from(predicted, fixed_s: float, widths: tuple[int, ...], cpu_flops: float) -> Feedback:
+    """07, exercise 2: the batch from which one NeuronCore (fixed_s plus FLOPs at its FP32 peak)
+    beats a CPU that does the same FLOPs at cpu_flops, for MLP(layers=widths); within 2 %."""
+    from helpers.inside.core_model import matmul_flops, model_from_tutorial
+    from helpers.inside.payoff import core_wins_from_batch
+
+    name = "Exercise 07.2 (where does the core win?)"
+    peak = model_from_tutorial("fp32").peak_flops
+    truth = core_wins_from_batch(fixed_s, widths, cpu_flops, peak)
+    per_image = matmul_flops(1, widths)
+    hint = (f"one image is {per_image:,} FLOPs; at batch b the CPU takes b·{per_image:,}/cpu_flops "
+            f"s and the core fixed_s + b·{per_image:,}/{peak:.4g} s: solve for the b where they meet.")
+    guess = number(predicted)
+    if guess is None:
+        return Feedback(name, NOT_YET, "set core_wins_from, then run this cell.", hint)
+    if truth is not None and abs(guess - truth) <= max(1.0, 0.02 * truth):
+        cpu_32, core_32 = 32 * per_image / cpu_flops, fixed_s + 32 * per_image / peak
+        return Feedback(name, RIGHT, (
+            f"from about batch {truth:,.0f}. At batch 32 the CPU's step is {cpu_32 * 1e3:.2f} ms "
+            f"against the core's {core_32 * 1e3:.2f} ms: {'the core' if cpu_32 > core_32 else 'the CPU'} "
+            "wins. On a trn1, time your CPU and use your device points' batch-32 time as fixed_s."))
+    return Feedback(name, WRONG, f"you said {predicted}; the lines meet elsewhere.", hint)

@@ -1,0 +1,136 @@
+"""Notebook 07's model of one NeuronCore's training step, built from cited figures only.
+
+A step costs a fixed time plus its matrix products at the NeuronCore's peak. The fixed time comes
+from the AWS MLP tutorial's best loop (one torchrun worker, MpDeviceLoader: 192 it/s at batch 32)
+and holds the host's loop and data loader, tracing the graph, launching it and moving the batch.
+How much of it is the loader the log does not say: at most the tutorial's whole host-CPU step
+(287 it/s, the same loader at batch 32), which bounds the device's share from below. With two
+workers a step also all-reduces the gradients (nccom-test's example). The model is fitted to the
+one-worker figure only; the two-worker figure is held out to test it. Adding the arithmetic to
+the fixed cost ignores that a pipelined loop overlaps the two; at this MLP's crossovers the
+arithmetic is under a percent of the step, so that error is small there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helpers.show.cost import TUTORIAL_BATCH, load_cost_data
+
+TUTORIAL_WIDTHS = (120, 84)
+INPUT, CLASSES = 784, 10
+FP32_BYTES = 4
+# One Trainium chip: "Two NeuronCore-v2", "190 FP16/BF16/cFP8/TF32 TFLOPS, and 47.5 FP32 TFLOP".
+CHIP_TFLOPS = {"fp32": 47.5, "bf16": 190.0}
+CORES_PER_CHIP = 2
+RUN_NAMES = {"cpu": "train_cpu.py, host CPU", "xla": "train.py, one NeuronCore, no MpDeviceLoader",
+             "torchrun_w1": "torchrun, 1 worker, MpDeviceLoader",
+             "torchrun_w2": "torchrun, 2 workers (per worker)"}
+
+
+def layer_sizes(widths=TUTORIAL_WIDTHS) -> list[tuple[int, int]]:
+    sizes = [INPUT, *widths, CLASSES]
+    return list(zip(sizes[:-1], sizes[1:]))
+
+
+def matmul_flops(batch: int, widths=TUTORIAL_WIDTHS) -> int:
+    """FLOPs of one training step's matrix products (2 per multiply-add): the forward pass, the
+    weight gradients, and the input gradients of every layer but the first (the images need none)."""
+    products = [n_in * n_out for n_in, n_out in layer_sizes(widths)]
+    return 2 * batch * (2 * sum(products) + sum(products[1:]))
+
+
+def parameter_count(widths=TUTORIAL_WIDTHS) -> int:
+    return sum(n_in * n_out + n_out for n_in, n_out in layer_sizes(widths))
+
+
+@dataclass(frozen=True)
+class NeuronCoreModel:
+    """Seconds per step on one NeuronCore: fixed_s + matrix FLOPs at peak_flops."""
+    fixed_s: float
+    peak_flops: float
+    precision: str = "fp32"
+
+    def step_s(self, batch: int, widths=TUTORIAL_WIDTHS) -> float:
+        return self.fixed_s + matmul_flops(batch, widths) / self.peak_flops
+
+
+def published(data: dict | None = None) -> dict[str, dict]:
+    """The tutorial's runs by stage (cpu, xla, torchrun_w1, torchrun_w2): it/s per worker, the
+    label the tutorial prints over each log, its source."""
+    data = data or load_cost_data()
+    runs = {run["stage"]: run for run in data["published_runs"]}
+    return {"cpu": data["published_cpu_it_s"], **runs}
+
+
+def published_throughputs(data: dict | None = None) -> dict[str, float]:
+    """The tutorial's it/s per worker, by stage (cpu, xla, torchrun_w1, torchrun_w2)."""
+    return {stage: run["throughput_it_s"] for stage, run in published(data).items()}
+
+
+def allreduce_s(data: dict | None = None, widths=TUTORIAL_WIDTHS) -> float:
+    """A two-rank all-reduce of this MLP's FP32 gradients: nccom-test's example time for the
+    smallest size it lists that holds them (an upper bound: its times grow with size)."""
+    figures = (data or load_cost_data())["published_allreduce"]
+    need = parameter_count(widths) * FP32_BYTES
+    return next(s for size, s in zip(figures["bytes"], figures["seconds"]) if size >= need)
+
+
+def model_terms(precision: str = "fp32", data: dict | None = None) -> dict:
+    """The model's terms, each from a cited figure: peak, the fixed cost and the loader's bound
+    on it, the all-reduce; and the two models at the ends of the fixed cost's range."""
+    rates = published_throughputs(data)
+    peak = CHIP_TFLOPS[precision] * 1e12 / CORES_PER_CHIP
+    fixed = 1 / rates["torchrun_w1"] - matmul_flops(TUTORIAL_BATCH) / peak
+    loader_max = 1 / rates["cpu"]
+    return {"peak_flops": peak, "fixed_s": fixed, "loader_max_s": loader_max,
+            "allreduce_s": allreduce_s(data),
+            "low": NeuronCoreModel(fixed - loader_max, peak, precision),
+            "high": NeuronCoreModel(fixed, peak, precision)}
+
+
+def model_from_tutorial(precision: str = "fp32", data: dict | None = None) -> NeuronCoreModel:
+    """The whole fixed cost on the device (the loader fully overlapped): the range's high end."""
+    return model_terms(precision, data)["high"]
+
+
+def describe_terms(terms: dict) -> list[list[str]]:
+    """Rows (term, value, from) for the notebook's table of the model's terms."""
+    ms = 1e3
+    return [["peak, one NeuronCore", f"{terms['peak_flops'] / 1e12:.2f} TFLOP/s",
+             "half a Trainium chip's 47.5 FP32 TFLOPS"],
+            ["fixed cost per step", f"{terms['fixed_s'] * ms:.2f} ms",
+             "a step at 192 it/s, less its batch-32 products at peak"],
+            ["  of it the data loader", f"0 to {terms['loader_max_s'] * ms:.2f} ms",
+             "at most a whole CPU step at 287 it/s (same loader; host not stated)"],
+            ["  so on the device", f"{terms['low'].fixed_s * ms:.2f} to {terms['fixed_s'] * ms:.2f} ms",
+             "the model's range"],
+            ["all-reduce, 2 workers", f"{terms['allreduce_s'] * ms:.3f} ms",
+             "nccom-test example, 2 ranks, 1 MiB FP32"]]
+
+
+def two_worker_prediction(terms: dict, data: dict | None = None) -> dict:
+    """Held out: the two-worker figure, predicted from the one-worker fit plus the all-reduce."""
+    predicted = 1 / (terms["high"].step_s(TUTORIAL_BATCH) + terms["allreduce_s"])
+    logged = published_throughputs(data)["torchrun_w2"]
+    return {"predicted_it_s": predicted, "published_it_s": logged, "off": predicted / logged - 1,
+            "unexplained_s": 1 / logged - 1 / predicted}
+
+
+def chip_rows(data: dict | None = None) -> list[list]:
+    """Images per second on the tutorial's figures: the host CPU, one NeuronCore, the chip's two."""
+    rates = published_throughputs(data)
+    rows = [("host CPU, one process", 1, rates["cpu"]), ("one NeuronCore", 1, rates["torchrun_w1"]),
+            ("two NeuronCores, two workers", 2, rates["torchrun_w2"])]
+    return [[what, f"{it_s:.0f}" if n == 1 else f"{n} x {it_s:.0f}", f"{n * it_s * TUTORIAL_BATCH:,.0f}",
+             f"{n * it_s / rates['cpu']:.2f}x"] for what, n, it_s in rows]
+
+
+def figure_rows(data: dict | None = None) -> list[list[str]]:
+    """Rows (run, it/s, ms per step, instance) for the tutorial's four training logs, the
+    instance as the tutorial labels that log ("not stated" where it names none)."""
+    rows = []
+    for stage, run in published(data).items():
+        stated = not run["tutorial_label"].startswith("not stated")
+        rows.append([RUN_NAMES[stage], f"{run['throughput_it_s']:.0f}",
+                     f"{1e3 / run['throughput_it_s']:.2f}", run["instance"] if stated else "not stated"])
+    return rows
