@@ -50,7 +50,13 @@ def test_no_process_is_refused_a_core(workbook_on_trn1):
     assert {n: r.refused for n, r in workbook_on_trn1.items() if r.refused} == {}
 
 
+# Notebooks whose graphs run under torchrun: there the double's all-reduce takes the gradients
+# through the host (the CPU client has no collective), which adds graphs a trn1 does not compile.
+COUNTS_NOT_COMPARABLE = {"04", "06"}
+
+
 def test_each_notebook_compiles_what_its_introduction_says(workbook_on_trn1):
     stated = {n: (r.stated_new_graphs, len(set(r.compiled))) for n, r in workbook_on_trn1.items()
-              if r.stated_new_graphs is not None}
-    assert stated and all(s == c for s, c in stated.values()), stated
+              if r.stated_new_graphs is not None and n not in COUNTS_NOT_COMPARABLE}
+    assert {"02", "03", "07"} <= set(stated)
+    assert all(s == c for s, c in stated.values()), stated

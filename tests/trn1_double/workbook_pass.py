@@ -22,7 +22,7 @@ from nbclient.exceptions import CellExecutionError
 from tests.trn1_double import journal
 
 SHUT_DOWN_BEFORE = re.compile(r"[Bb]efore notebook (\d\d), shut this kernel down")
-STATED_NEW_GRAPHS = re.compile(r"compiles\s+\*\*(\d+) new graphs?\*\*")
+STATED_NEW_GRAPHS = re.compile(r"\*\*(\d+) (?:new )?graphs\*\*")
 
 
 @dataclass
