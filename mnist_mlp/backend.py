@@ -19,6 +19,9 @@ from mnist_mlp.startup import freeze_startup_objects
 NEURON_SYSFS = Path("/sys/devices/virtual/neuron_device")
 DEV_DIR = Path("/dev")
 DMI_PRODUCT_NAME = Path("/sys/devices/virtual/dmi/id/product_name")
+# Unset on a real machine. The tests set it to a directory holding a fake sys/ and dev/ tree laid
+# out as a Trainium host's (tests/test_workbook.py): system_path() reads the paths above there.
+SYSTEM_ROOT_ENV = "WORKBOOK_SYSTEM_ROOT"
 
 # Worker counts (logical NeuronCores used by one torchrun job) each instance type supports, from
 # the AWS "Multi-Layer Perceptron Training Tutorial": trn1.2xlarge 1, 2; trn1.32xlarge 1, 2, 8, 32;
@@ -79,6 +82,13 @@ class Backend:
                 f" | why: {self.reason}")
 
 
+def system_path(path: Path) -> Path:
+    """Where to read `path` (NEURON_SYSFS, DEV_DIR, DMI_PRODUCT_NAME): itself, or the same path
+    under $WORKBOOK_SYSTEM_ROOT when that is set (a stand-in machine's tree)."""
+    root = os.environ.get(SYSTEM_ROOT_ENV)
+    return Path(root, path.relative_to("/")) if root else path
+
+
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -112,12 +122,15 @@ def logical_nc_config(env=None) -> int:
     return int(raw)
 
 
-def device_core_counts(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> list[int]:
-    """Physical NeuronCores of each Neuron device: the driver's per-device core_count.
+def device_core_counts(sysfs: Path | None = None, dev_dir: Path | None = None) -> list[int]:
+    """Physical NeuronCores of each Neuron device: the driver's per-device core_count
+    (sysfs, dev_dir: this machine's by default, see system_path).
 
     Without the sysfs tree (old driver) each /dev/neuronN device counts 2 cores, which is
     right for trn1 and inf2.
     """
+    sysfs = system_path(NEURON_SYSFS) if sysfs is None else sysfs
+    dev_dir = system_path(DEV_DIR) if dev_dir is None else dev_dir
     counts = []
     if sysfs.is_dir():
         for dev in sorted(sysfs.glob("neuron[0-9]*")):
@@ -131,7 +144,7 @@ def device_core_counts(sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> l
     return [2] * len(devices)
 
 
-def logical_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
+def logical_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | None = None) -> int:
     """NeuronCores as the runtime counts them: Trainium2/3 devices grouped by the LNC setting."""
     counts = device_core_counts(sysfs, dev_dir)
     if LNC_DEVICE_CORES not in counts:
@@ -140,7 +153,7 @@ def logical_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = D
     return sum(n // lnc if n == LNC_DEVICE_CORES else n for n in counts)
 
 
-def visible_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = DEV_DIR) -> int:
+def visible_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | None = None) -> int:
     """Logical NeuronCores this process may use: the machine's, narrowed by
     NEURON_RT_VISIBLE_CORES."""
     env = os.environ if env is None else env
@@ -151,8 +164,10 @@ def visible_neuron_cores(env=None, sysfs: Path = NEURON_SYSFS, dev_dir: Path = D
     return len([c for c in parse_core_list(spec) if c < total])
 
 
-def instance_type(dmi_product_name: Path = DMI_PRODUCT_NAME) -> str | None:
+def instance_type(dmi_product_name: Path | None = None) -> str | None:
     """The EC2 instance type (e.g. 'trn1.2xlarge') from DMI, or None off EC2."""
+    if dmi_product_name is None:
+        dmi_product_name = system_path(DMI_PRODUCT_NAME)
     try:
         name = dmi_product_name.read_text().strip()
     except OSError:
@@ -181,8 +196,8 @@ def _installed(module: str) -> bool:
         return False
 
 
-def select_backend(xla: bool = True, *, sysfs: Path = NEURON_SYSFS,
-                   dev_dir: Path = DEV_DIR) -> Backend:
+def select_backend(xla: bool = True, *, sysfs: Path | None = None,
+                   dev_dir: Path | None = None) -> Backend:
     """Choose and prepare the backend. Call before anything touches an XLA device.
 
     xla=False is the CPU lesson's choice: plain PyTorch whatever the machine has.

@@ -1,16 +1,18 @@
 """helpers.setup.notebook_kernel.setup(): the core-holder rule and the NeuronCores a notebook kernel takes,
-against /proc and /dev trees laid out as the kernel lays them out, with the backend choice
-replaced (no NeuronCore exists here)."""
+against /proc, /sys and /dev trees laid out as Linux and the Neuron driver lay them out, and a
+torch_neuronx package on the path (tests/neuron_trees.py): the backend choice and the core count
+are the real code's."""
 import os
 import sys
 
 import pytest
 
 import helpers.setup.notebook_kernel as workbook
-from helpers.setup.core_holders import BUSY_CORE_MESSAGES, CORE_RULE
+from helpers.setup.core_holders import BUSY_CORE_MESSAGES, CORE_RULE, neuron_device_holders
 from helpers.setup.notebook_kernel import (NeuronCoresHeld, refuse_other_holders, remaining_cores, setup,
                               take_neuron_cores)
-from mnist_mlp.backend import Backend, parse_core_list
+from mnist_mlp.backend import Backend
+from tests.neuron_trees import TRN1_32XLARGE, on_neuron_host
 from tests.proc_trees import KERNEL_CMDLINE, fake_process
 
 CORES_AT_START = os.environ.get("NEURON_RT_VISIBLE_CORES")
@@ -96,10 +98,21 @@ def test_a_holder_on_other_declared_cores_does_not_count(machine):
 
 
 def test_monitors_and_this_process_do_not_count(machine):
+    """neuron-top reading the device and this kernel itself are both seen, and neither is
+    refused; one more kernel on the device is refused, alone."""
     proc, dev = machine
     fake_process(proc, 10, ["/opt/aws/neuron/bin/neuron-top"], {3: dev / "neuron0"})
     fake_process(proc, 99, KERNEL_CMDLINE, {7: dev / "neuron0"})
+    scan = neuron_device_holders(proc, dev, self_pid=99)
+    assert [(h.pid, h.is_monitor, h.is_this_process) for h in scan.holders] == [
+        (10, True, False), (99, False, True)]
+    assert scan.others == []
     refuse_other_holders(proc, dev, self_pid=99)  # raises nothing
+    fake_process(proc, 4242, KERNEL_CMDLINE, {7: dev / "neuron0"})
+    with pytest.raises(NeuronCoresHeld) as err:
+        refuse_other_holders(proc, dev, self_pid=99)
+    assert "pid 4242" in str(err.value)
+    assert "pid 10," not in str(err.value) and "pid 99," not in str(err.value)
 
 
 def unset_cores(monkeypatch):
@@ -110,15 +123,14 @@ def unset_cores(monkeypatch):
 
 
 @pytest.fixture
-def neuron_setup(machine, monkeypatch):
-    """setup() as on a trn1: the backend choice says Neuron, /proc and /dev are the fake ones,
-    the cores visible follow NEURON_RT_VISIBLE_CORES (2 without it)."""
+def neuron_setup(machine, monkeypatch, tmp_path):
+    """setup() on a stand-in trn1.2xlarge (tests/neuron_trees.py): its /sys and /dev files under
+    tmp_path, torch_neuronx importable, /proc the fake one. The real select_backend() picks
+    Neuron and the real visible_neuron_cores() counts 2 cores, then what NEURON_RT_VISIBLE_CORES
+    leaves."""
     proc, dev = machine
+    assert on_neuron_host(monkeypatch, tmp_path) == dev
     monkeypatch.setattr(workbook, "PROC_DIR", proc)
-    monkeypatch.setattr(workbook, "DEV_DIR", dev)
-    monkeypatch.setattr(workbook, "select_backend", lambda xla=True: backend())
-    monkeypatch.setattr(workbook, "visible_neuron_cores", lambda: len(
-        parse_core_list(os.environ.get("NEURON_RT_VISIBLE_CORES", "0-1"))))
     unset_cores(monkeypatch)
     return proc, dev
 
@@ -137,6 +149,21 @@ def test_setup_for_a_torchrun_notebook_leaves_every_core_to_the_workers(neuron_s
     assert "this kernel takes none" in capsys.readouterr().out
 
 
+def test_setup_counts_the_cores_of_the_machine_it_runs_on(machine, monkeypatch, tmp_path, capsys):
+    """On a trn1.32xlarge (16 devices of 2 cores) a kernel that takes cores 0-7 sees those 8,
+    and its torchrun workers get the 24 it left."""
+    from helpers.launch import processes
+
+    on_neuron_host(monkeypatch, tmp_path / "trn1.32xlarge", *TRN1_32XLARGE)
+    monkeypatch.setattr(workbook, "PROC_DIR", machine[0])
+    monkeypatch.setattr(workbook, "KERNEL_ONLY", {})
+    unset_cores(monkeypatch)
+    b = setup(data=False, neuron_cores="0-7")
+    assert b.name == "neuron" and b.neuron_cores == 8
+    assert "NeuronCores visible: 8" in capsys.readouterr().out
+    assert workbook.KERNEL_ONLY == {"NEURON_RT_VISIBLE_CORES": "8-31"}
+
+
 def test_setup_refuses_while_another_kernel_holds_the_device(neuron_setup):
     proc, dev = neuron_setup
     fake_process(proc, 4242, KERNEL_CMDLINE, {7: dev / "neuron0"}, {})
@@ -145,11 +172,11 @@ def test_setup_refuses_while_another_kernel_holds_the_device(neuron_setup):
     assert "NEURON_RT_VISIBLE_CORES" not in os.environ  # refused before taking anything
 
 
-def test_setup_on_the_stand_in_prints_only_the_summary(machine, monkeypatch, capsys):
+def test_setup_on_the_stand_in_prints_only_the_summary(machine, monkeypatch, tmp_path, capsys):
     proc, dev = machine
+    on_neuron_host(monkeypatch, tmp_path)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
     monkeypatch.setattr(workbook, "PROC_DIR", proc)
-    monkeypatch.setattr(workbook, "DEV_DIR", dev)
-    monkeypatch.setattr(workbook, "select_backend", lambda xla=True: backend("xla-cpu", 0))
     unset_cores(monkeypatch)
     # PJRT_DEVICE=CPU on a Trainium host: a holder of the device is no concern of the stand-in.
     fake_process(proc, 4242, KERNEL_CMDLINE, {7: dev / "neuron0"}, {})
@@ -188,7 +215,7 @@ def test_commands_the_kernel_starts_get_the_cores_it_left(neuron_setup, monkeypa
     run = processes.run_streaming(
         [sys.executable, "-c", "import os; print(os.environ.get('NEURON_RT_VISIBLE_CORES'))"],
         timeout=60)
-    assert run.lines[-1] == "1"  # backend() sees 2 cores: the kernel took 0
+    assert run.lines[-1] == "1"  # a trn1.2xlarge has 2 cores: the kernel took 0
     assert processes.child_environment({"NEURON_RT_VISIBLE_CORES": "1"})[
         "NEURON_RT_VISIBLE_CORES"] == "1"  # asked for explicitly: passed on
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from helpers.setup.core_holders import CORE_RULE, DeviceHolder, holders_message, neuron_device_holders
 from helpers.launch.processes import KERNEL_ONLY, venv_bin_first
 from helpers.launch.procfs import PROC_DIR
-from mnist_mlp.backend import (DEV_DIR, Backend, parse_core_list, select_backend,
+from mnist_mlp.backend import (DEV_DIR, Backend, parse_core_list, select_backend, system_path,
                                visible_neuron_cores)
 from mnist_mlp.startup import freeze_startup_objects
 
@@ -43,7 +43,7 @@ def refuse_other_holders(proc_root: Path | None = None, dev_root: Path | None = 
     (`cores`: the NEURON_RT_VISIBLE_CORES it takes; monitors such as neuron-top aside). Raises
     NeuronCoresHeld naming each holder and how to free it."""
     scan = neuron_device_holders(PROC_DIR if proc_root is None else proc_root,
-                                 DEV_DIR if dev_root is None else dev_root, self_pid)
+                                 system_path(DEV_DIR) if dev_root is None else dev_root, self_pid)
     held = [h for h in scan.others if conflicts(h, cores)]
     if held:
         raise NeuronCoresHeld(holders_message(held))
