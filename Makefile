@@ -4,6 +4,8 @@
 #                   (in JupyterLab in Chromium) and its outputs compared; 7-10 min on 2 cores
 #   make test-quick the unit tests only (no notebooks, browser, training or multi-process runs)
 #   make bench      the loader / device-loop benchmark, ratios against the targets
+#   make mutants    mutation testing of the modules that decide (not part of make test): the
+#                   score per module, each to reach 90 % (docs/mutation-testing.md)
 #   make data       download (or build offline) and verify MNIST
 #   make notebooks  re-execute the notebooks in place on this machine, committing-ready, and
 #                   record the graphs they compile (notebooks/classroom_graphs.json)
@@ -39,7 +41,7 @@ LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 PYTEST_ARGS ?=
 CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
 
-.PHONY: lab test test-quick bench data notebooks venv clean-venv browser reset classroom-cache classroom-check classroom-import
+.PHONY: lab test test-quick bench mutants data notebooks venv clean-venv browser reset classroom-cache classroom-check classroom-import
 
 venv: $(STAMP)
 
@@ -77,6 +79,14 @@ test-quick: data
 
 bench: data
 	$(PY) benchmarks/bench.py
+
+# mutmut mutates the modules pyproject.toml's [tool.mutmut] names, in a fresh mutants/ copy, and
+# runs the unit tests that reach each change (one worker: about MUTANTS_MINUTES on 2 cores);
+# then the score per module. `$(VENV)/bin/mutmut show <name>` shows one mutant's change.
+mutants: venv
+	rm -rf mutants
+	$(VENV)/bin/mutmut run --max-children 1 > /dev/null
+	$(PY) -m tests.mutation_scores
 
 # Executes the notebooks in place, in order (later ones read results earlier ones wrote), then
 # every exercise solution, and writes the graphs they compiled (fingerprints of their HLO) into

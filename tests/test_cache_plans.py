@@ -2,6 +2,7 @@
 nothing outside the root (symlink targets included) is ever touched; nonsense values refused."""
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -10,8 +11,9 @@ import pytest
 from helpers.cache.demo import neff_bytes
 from helpers.cache.location import (CompileCacheError, filesystem_type,
                                     installed_compiler_version, same_compiler_version)
-from helpers.cache.plans import (Plan, PlanItem, compiler_processes, plan_clear_stale_locks,
-                                 plan_prune, plan_remove_failed, plan_remove_other_versions)
+from helpers.cache.plans import (Plan, PlanItem, compiler_processes, lock_is_stale,
+                                 plan_clear_stale_locks, plan_prune, plan_remove_failed,
+                                 plan_remove_other_versions)
 from helpers.cache.removal import apply_plan, check_inside
 from helpers.cache.scan import scan_cache
 from tests.cache_trees import CUR_DIR, CURRENT, LEGACY_DIR, LINKED, OLD, OLD_DIR
@@ -247,3 +249,42 @@ def test_removal_failing_part_way_is_reported_and_not_left_done(tree, immutable)
     assert "FAILED " + tree.key("old_done") in result.render()
     assert (entry / "model.hlo_module.pb").exists()
     assert scan_cache(tree.root).find(tree.key("old_done")).state != "done"
+
+
+# ---- the boundaries of what prune and the lock rules delete (each was once moved by one
+# character without a test failing: docs/mutation-testing.md)
+
+def test_the_size_budget_is_inclusive(tree):
+    """A cache exactly at its budget fits: nothing goes, and no note says it is above. Pruning
+    stops as soon as the cache fits, so an entry that brings it exactly to the budget is the
+    last to go."""
+    scan = scan_cache(tree.root)
+    legacy = scan.find(tree.key("legacy"))  # the least recently used entry
+    at_budget = plan_prune(scan, max_disk_bytes=scan.disk_bytes)
+    assert at_budget.items == [] and at_budget.notes == []
+    one_entry_over = plan_prune(scan, max_disk_bytes=scan.disk_bytes - legacy.disk_bytes)
+    assert [i.key for i in one_entry_over.items] == [legacy.key]
+
+
+def test_a_lock_exactly_the_stale_age_is_stale(tree):
+    """min_age_s is "at least this old": a lock exactly that old is stale, a second younger not."""
+    assert lock_is_stale(600.0, 600.0, compilers=[])
+    assert not lock_is_stale(599.0, 600.0, compilers=[])
+    assert not lock_is_stale(None, 0.0, compilers=[])  # no lock at all is never stale
+    scan = scan_cache(tree.root)
+    lock = tree.path("locked_stale") / "model.hlo_module.pb.lock"
+    age = scan.scanned_at - lock.lstat().st_mtime  # as plan_clear_stale_locks computes it
+    plan = plan_clear_stale_locks(scan, min_age_s=age, compilers=[])
+    assert f"{tree.key('locked_stale')}/model.hlo_module.pb.lock" in keys(plan)
+
+
+def test_an_entry_used_exactly_the_age_limit_ago_stays(tree):
+    """older_than_days=50 removes what was last used MORE than 50 days ago: an entry used exactly
+    50 days (to the second) before the scan stays; one second earlier, it goes."""
+    entry = tree.path("old_done")
+    now = float(int(time.time()))
+    for used_at in (now - 50 * 86400, now - 50 * 86400 - 1):
+        for path in (entry, *entry.rglob("*")):
+            os.utime(path, (used_at, used_at), follow_symlinks=False)
+        plan = plan_prune(scan_cache(tree.root, now=now), older_than_days=50)
+        assert (tree.key("old_done") in keys(plan)) is (used_at < now - 50 * 86400)

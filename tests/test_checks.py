@@ -35,3 +35,42 @@ def test_a_malformed_check_is_refused_not_passed():
 def test_numbers_read_as_a_learner_reads_them():
     assert [show(v) for v in (60000, 0.93051, 241.003, 2048.0, range(0, 1), range(1, 3))] == [
         "60,000", "0.9305", "241", "2,048", "0", "1–2"]
+
+
+def test_between_includes_both_ends_and_the_comparisons_their_bound(capsys):
+    """`between` is [low, high]: a value on either end holds, just outside does not. `>=` and
+    `<=` hold at the bound, `>` and `<` do not: the bound a notebook writes is the one it means."""
+    check("loss", 0.2, "between", (0.2, 0.4))
+    check("loss", 0.4, "between", (0.2, 0.4))
+    check("accuracy", 0.92, ">=", 0.92)
+    check("seconds", 30, "<=", 30)
+    check("graphs", 2, "!=", 1)
+    assert capsys.readouterr().out.splitlines() == [
+        "✓ loss 0.2 in [0.2, 0.4]", "✓ loss 0.4 in [0.2, 0.4]", "✓ accuracy 0.92 ≥ 0.92",
+        "✓ seconds 30 ≤ 30", "✓ graphs 2 ≠ 1"]
+    refused = [("loss", 0.19, "between", (0.2, 0.4), "✗ loss 0.19 outside [0.2, 0.4]"),
+               ("loss", 0.41, "between", (0.2, 0.4), "✗ loss 0.41 outside [0.2, 0.4]"),
+               ("accuracy", 0.92, ">", 0.92, "✗ accuracy 0.92 ≤ 0.92"),
+               ("seconds", 30, "<", 30, "✗ seconds 30 ≥ 30"),
+               ("seconds", 31, "<=", 30, "✗ seconds 31 > 30"),
+               ("graphs", 2, "==", 1, "✗ graphs 2 ≠ 1"),
+               ("graphs", 1, "!=", 1, "✗ graphs 1 = 1"),
+               ("graphs", 3, "in", frozenset({1, 2}), "✗ graphs 3 not in {1, 2}")]
+    for label, value, op, bound, message in refused:
+        with pytest.raises(CheckFailed) as err:
+            check(label, value, op, bound)
+        assert str(err.value) == message
+    assert capsys.readouterr().out == ""
+
+
+def test_a_unit_follows_the_value_and_the_bound(capsys):
+    check("step time", 5, "<", 10, unit=" ms")
+    assert capsys.readouterr().out == "✓ step time 5 ms < 10 ms\n"
+    with pytest.raises(CheckFailed, match=r"^✗ step time 12 ms outside \[1, 10\] ms\. profile it$"):
+        check("step time", 12, "between", (1, 10), unit=" ms", hint="profile it")
+
+
+def test_show_keeps_what_is_not_a_plain_number():
+    assert [show(v) for v in (True, None, 1e-05, float("inf"), 999.0, (1, 2.5), {3, 1},
+                              "text", range(5, 6))] == [
+        "True", "None", "1e-05", "inf", "999", "[1, 2.5]", "{1, 3}", "text", "5"]

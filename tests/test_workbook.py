@@ -1,18 +1,18 @@
 """helpers.setup.notebook_kernel.setup(): the core-holder rule and the NeuronCores a notebook kernel takes,
-against /proc and /dev trees laid out as the kernel lays them out, with the backend choice
-replaced (no NeuronCore exists here)."""
+against /proc, /sys and /dev trees laid out as Linux and the Neuron driver lay them out, and a
+torch_neuronx package on the path (tests/neuron_trees.py): the backend choice and the core count
+are the real code's."""
 import os
-import re
 import sys
 
 import pytest
 
 import helpers.setup.notebook_kernel as workbook
-from helpers.setup.core_holders import BUSY_CORE_MESSAGES, CORE_RULE
+from helpers.setup.core_holders import BUSY_CORE_MESSAGES, CORE_RULE, neuron_device_holders
 from helpers.setup.notebook_kernel import (NeuronCoresHeld, refuse_other_holders, remaining_cores, setup,
                               take_neuron_cores)
-from mnist_mlp.backend import Backend, parse_core_list
-from mnist_mlp.platform_paths import PLATFORM_ROOT_ENV
+from mnist_mlp.backend import Backend
+from tests.neuron_trees import TRN1_32XLARGE, on_neuron_host
 from tests.proc_trees import KERNEL_CMDLINE, fake_process
 
 CORES_AT_START = os.environ.get("NEURON_RT_VISIBLE_CORES")
@@ -98,10 +98,21 @@ def test_a_holder_on_other_declared_cores_does_not_count(machine):
 
 
 def test_monitors_and_this_process_do_not_count(machine):
+    """neuron-top reading the device and this kernel itself are both seen, and neither is
+    refused; one more kernel on the device is refused, alone."""
     proc, dev = machine
     fake_process(proc, 10, ["/opt/aws/neuron/bin/neuron-top"], {3: dev / "neuron0"})
     fake_process(proc, 99, KERNEL_CMDLINE, {7: dev / "neuron0"})
+    scan = neuron_device_holders(proc, dev, self_pid=99)
+    assert [(h.pid, h.is_monitor, h.is_this_process) for h in scan.holders] == [
+        (10, True, False), (99, False, True)]
+    assert scan.others == []
     refuse_other_holders(proc, dev, self_pid=99)  # raises nothing
+    fake_process(proc, 4242, KERNEL_CMDLINE, {7: dev / "neuron0"})
+    with pytest.raises(NeuronCoresHeld) as err:
+        refuse_other_holders(proc, dev, self_pid=99)
+    assert "pid 4242" in str(err.value)
+    assert "pid 10," not in str(err.value) and "pid 99," not in str(err.value)
 
 
 def unset_cores(monkeypatch):
@@ -112,17 +123,14 @@ def unset_cores(monkeypatch):
 
 
 @pytest.fixture
-def neuron_setup(machine, monkeypatch):
-    """setup() as on a trn1: the backend choice says Neuron, /proc is a fake one, and the
-    platform (/dev, the driver's sysfs) is a trn1.2xlarge's tree under WORKBOOK_PLATFORM_ROOT:
-    one device of 2 cores, counted by the real visible_neuron_cores()."""
+def neuron_setup(machine, monkeypatch, tmp_path):
+    """setup() on a stand-in trn1.2xlarge (tests/neuron_trees.py): its /sys and /dev files under
+    tmp_path, torch_neuronx importable, /proc the fake one. The real select_backend() picks
+    Neuron and the real visible_neuron_cores() counts 2 cores, then what NEURON_RT_VISIBLE_CORES
+    leaves."""
     proc, dev = machine
-    sysfs = dev.parent / "sys/devices/virtual/neuron_device/neuron0"
-    sysfs.mkdir(parents=True)
-    (sysfs / "core_count").write_text("2\n")
-    monkeypatch.setenv(PLATFORM_ROOT_ENV, str(dev.parent))
+    assert on_neuron_host(monkeypatch, tmp_path) == dev
     monkeypatch.setattr(workbook, "PROC_DIR", proc)
-    monkeypatch.setattr(workbook, "select_backend", lambda xla=True: backend())
     unset_cores(monkeypatch)
     return proc, dev
 
@@ -132,7 +140,6 @@ def test_setup_on_neuron_takes_one_core_and_says_so(neuron_setup, capsys):
     assert os.environ["NEURON_RT_VISIBLE_CORES"] == "0" and b.neuron_cores == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("Backend: Neuron") and "NeuronCores visible: 1" in out[0]
-    assert len(re.findall(r"\d+ NeuronCore", out[0])) == 0  # one count on the line, not two
     assert out[1] == "NeuronCores: this kernel takes 0 (NEURON_RT_VISIBLE_CORES=0)"
 
 
@@ -140,6 +147,21 @@ def test_setup_for_a_torchrun_notebook_leaves_every_core_to_the_workers(neuron_s
     b = setup(data=False, neuron_cores=None)
     assert "NEURON_RT_VISIBLE_CORES" not in os.environ and b.neuron_cores == 2
     assert "this kernel takes none" in capsys.readouterr().out
+
+
+def test_setup_counts_the_cores_of_the_machine_it_runs_on(machine, monkeypatch, tmp_path, capsys):
+    """On a trn1.32xlarge (16 devices of 2 cores) a kernel that takes cores 0-7 sees those 8,
+    and its torchrun workers get the 24 it left."""
+    from helpers.launch import processes
+
+    on_neuron_host(monkeypatch, tmp_path / "trn1.32xlarge", *TRN1_32XLARGE)
+    monkeypatch.setattr(workbook, "PROC_DIR", machine[0])
+    monkeypatch.setattr(workbook, "KERNEL_ONLY", {})
+    unset_cores(monkeypatch)
+    b = setup(data=False, neuron_cores="0-7")
+    assert b.name == "neuron" and b.neuron_cores == 8
+    assert "NeuronCores visible: 8" in capsys.readouterr().out
+    assert workbook.KERNEL_ONLY == {"NEURON_RT_VISIBLE_CORES": "8-31"}
 
 
 def test_setup_refuses_while_another_kernel_holds_the_device(neuron_setup):
@@ -150,11 +172,11 @@ def test_setup_refuses_while_another_kernel_holds_the_device(neuron_setup):
     assert "NEURON_RT_VISIBLE_CORES" not in os.environ  # refused before taking anything
 
 
-def test_setup_on_the_stand_in_prints_only_the_summary(machine, monkeypatch, capsys):
+def test_setup_on_the_stand_in_prints_only_the_summary(machine, monkeypatch, tmp_path, capsys):
     proc, dev = machine
+    on_neuron_host(monkeypatch, tmp_path)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
     monkeypatch.setattr(workbook, "PROC_DIR", proc)
-    monkeypatch.setenv(PLATFORM_ROOT_ENV, str(dev.parent))
-    monkeypatch.setattr(workbook, "select_backend", lambda xla=True: backend("xla-cpu", 0))
     unset_cores(monkeypatch)
     # PJRT_DEVICE=CPU on a Trainium host: a holder of the device is no concern of the stand-in.
     fake_process(proc, 4242, KERNEL_CMDLINE, {7: dev / "neuron0"}, {})
@@ -193,7 +215,7 @@ def test_commands_the_kernel_starts_get_the_cores_it_left(neuron_setup, monkeypa
     run = processes.run_streaming(
         [sys.executable, "-c", "import os; print(os.environ.get('NEURON_RT_VISIBLE_CORES'))"],
         timeout=60)
-    assert run.lines[-1] == "1"  # backend() sees 2 cores: the kernel took 0
+    assert run.lines[-1] == "1"  # a trn1.2xlarge has 2 cores: the kernel took 0
     assert processes.child_environment({"NEURON_RT_VISIBLE_CORES": "1"})[
         "NEURON_RT_VISIBLE_CORES"] == "1"  # asked for explicitly: passed on
 
