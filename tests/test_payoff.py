@@ -103,6 +103,8 @@ def test_the_crossover_range_and_its_sentence():
     wide = {(512, (w, w)): s for w, s in ((256, 0.001), (1024, 0.01))}
     text = payoff.describe_crossover(payoff.crossover_range(wide, terms, batch=512), "width")
     assert "from about width 411" in text and "at width 1024 it is" in text
+    early = payoff.crossover_range(cpu, sample_terms(low_s=0.0005), widths=widths)
+    assert early["from"] == 0 and "from the smallest batch measured" in payoff.describe_crossover(early, "batch")
 
 
 def test_where_the_core_wins_for_a_given_fixed_cost():

@@ -121,7 +121,7 @@ def describe_crossover(found: dict, along: str) -> str:
     def at(x):
         if x is None:
             return "nowhere measured"
-        return "below the first point" if x == 0 else f"about {along} {x:,.0f}"
+        return f"the smallest {along} measured" if x == 0 else f"about {along} {x:,.0f}"
     def times(ratio):
         return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:,.0f}x"
     key = found["largest"]
