@@ -81,11 +81,12 @@ bench: data
 	$(PY) benchmarks/bench.py
 
 # mutmut mutates the modules pyproject.toml's [tool.mutmut] names, in a fresh mutants/ copy, and
-# runs the unit tests that reach each change (one worker: about MUTANTS_MINUTES on 2 cores);
+# runs the unit tests that reach each change (one worker: over an hour on the shared 2-core
+# machine, most of it the mutants whose tests start the stand-in device; docs/mutation-testing.md);
 # then the score per module. `$(VENV)/bin/mutmut show <name>` shows one mutant's change.
 mutants: venv
 	rm -rf mutants
-	$(VENV)/bin/mutmut run --max-children 1 > /dev/null
+	$(VENV)/bin/mutmut run --max-children 1
 	$(PY) -m tests.mutation_scores
 
 # Executes the notebooks in place, in order (later ones read results earlier ones wrote), then

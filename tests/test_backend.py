@@ -185,3 +185,17 @@ def test_a_torch_xla_started_for_another_device_is_refused(tmp_path, select, mon
         monkeypatch.setitem(sys.modules, "torch_xla", imported)
     with pytest.raises(RuntimeError, match="imported with PJRT_DEVICE=NEURON; restart the kernel"):
         select(**no_cores(tmp_path), env={"PJRT_DEVICE": "NEURON"})
+
+
+def test_lnc_2_is_accepted_and_read_from_this_process_by_default(tmp_path, monkeypatch):
+    trn2_3xl = make_sysfs(tmp_path / "trn2-3xl", [8])
+    assert logical_neuron_cores({"NEURON_LOGICAL_NC_CONFIG": "2"}, trn2_3xl, tmp_path / "nodev") == 4
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")  # no env given: os.environ's
+    assert logical_neuron_cores(None, trn2_3xl, tmp_path / "nodev") == 8
+
+
+def test_a_refused_worker_count_names_every_supported_one():
+    with pytest.raises(ValueError) as err:
+        check_worker_count(3, "trn1.2xlarge")
+    assert str(err.value) == ("trn1.2xlarge supports 1, 2 worker(s) per node, not 3: run torchrun "
+                              "--nproc_per_node=N with N in {1, 2}.")

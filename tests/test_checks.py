@@ -74,3 +74,26 @@ def test_show_keeps_what_is_not_a_plain_number():
     assert [show(v) for v in (True, None, 1e-05, float("inf"), 999.0, (1, 2.5), {3, 1},
                               "text", range(5, 6))] == [
         "True", "None", "1e-05", "inf", "999", "[1, 2.5]", "{1, 3}", "text", "5"]
+
+
+def test_show_groups_thousands_from_1000_and_brackets_only_pairs_of_numbers():
+    assert [show(v) for v in (1000.0, -1000.0, (1, 2, 3), (1, "a"))] == [
+        "1,000", "-1,000", "(1, 2, 3)", "(1, 'a')"]
+
+
+def test_the_failure_messages_say_exactly_what_failed():
+    with pytest.raises(CheckFailed) as err:
+        check("same predictions", False)
+    assert str(err.value) == "✗ same predictions: it does not hold"
+    with pytest.raises(CheckFailed) as err:
+        check("same predictions", False, hint="reload the checkpoint")
+    assert str(err.value) == "✗ same predictions: it does not hold. reload the checkpoint"
+    with pytest.raises(ValueError) as err:
+        check("accuracy", 0.9, "=>", 0.5)
+    assert str(err.value) == ("check('accuracy'): unknown operator '=>'; use one of "
+                              "==, !=, >=, >, <=, <, in or 'between'")
+
+
+def test_a_label_alone_is_a_check_that_holds(capsys):
+    check("the run finished")
+    assert capsys.readouterr().out == "✓ the run finished\n"

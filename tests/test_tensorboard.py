@@ -95,7 +95,9 @@ def test_a_port_in_use_fails_with_tensorboards_own_words(tmp_path):
     assert "exited" in str(err.value) and str(board.port) in str(err.value)
     assert f"could not bind to port {board.port}" in str(err.value)  # TensorBoard's own line
     assert not board.running
-    assert elapsed < 30, f"{elapsed:.0f} s: stalled on a request to the port's silent holder"
+    # A hang guard: a stall on the silent holder lasts until start()'s 60 s timeout; TensorBoard
+    # loading and exiting takes under 10 s even on the loaded 2-core machine (5x headroom).
+    assert elapsed < 50, f"{elapsed:.0f} s: stalled on a request to the port's silent holder"
 
 
 def _gone(pid: int, timeout: float = 20.0) -> bool:
