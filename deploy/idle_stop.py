@@ -3,7 +3,7 @@ workshop-idle timer that deploy/bootstrap.sh installs (docs/workshop-stack.md).
 
 A lab is busy while a kernel is busy or starting, or a process holds a NeuronCore (a script or
 torchrun a notebook or terminal started: helpers/setup/core_holders.py decides who holds one,
-monitors such as neuron-top left out). Otherwise it has been idle since the latest of: JupyterLab's
+neuron-ls and neuron-monitor, which only read it, left out). Otherwise it has been idle since the latest of: JupyterLab's
 start, any kernel's or terminal's last activity (JupyterLab's REST API), and the last time this
 check saw it busy. After --idle-minutes of that, the machine shuts down; the stack launches its
 instances with InstanceInitiatedShutdownBehavior `stop`, so the instance stops and its EBS volume,

@@ -97,11 +97,22 @@ def test_a_holder_on_other_declared_cores_does_not_count(machine):
         refuse_other_holders(proc, dev, self_pid=99, cores="0")
 
 
-def test_monitors_and_this_process_do_not_count(machine):
-    """neuron-top reading the device and this kernel itself are both seen, and neither is
-    refused; one more kernel on the device is refused, alone."""
+def test_a_running_neuron_top_is_refused_as_the_troubleshooting_guide_says(machine):
+    """The torch-neuronx troubleshooting entry for "NeuronCore(s) not available": "terminate any
+    neuron-top sessions that are running" (docs/sources.md): setup() names it, with that advice."""
     proc, dev = machine
     fake_process(proc, 10, ["/opt/aws/neuron/bin/neuron-top"], {3: dev / "neuron0"})
+    with pytest.raises(NeuronCoresHeld) as err:
+        refuse_other_holders(proc, dev, self_pid=99, cores="0")
+    assert "pid 10, neuron-top" in str(err.value)
+    assert "terminate any neuron-top sessions" in str(err.value)
+
+
+def test_monitors_and_this_process_do_not_count(machine):
+    """neuron-monitor reading the device and this kernel itself are both seen, and neither is
+    refused; one more kernel on the device is refused, alone."""
+    proc, dev = machine
+    fake_process(proc, 10, ["/opt/aws/neuron/bin/neuron-monitor"], {3: dev / "neuron0"})
     fake_process(proc, 99, KERNEL_CMDLINE, {7: dev / "neuron0"})
     scan = neuron_device_holders(proc, dev, self_pid=99)
     assert [(h.pid, h.is_monitor, h.is_this_process) for h in scan.holders] == [

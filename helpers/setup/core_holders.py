@@ -10,8 +10,12 @@ LOCAL_RANK there), never for a plain process such as a notebook kernel; torch-ne
 over start-up when installed, is not public code, so the workbook relies on neither default and
 sets NEURON_RT_VISIBLE_CORES itself (helpers.setup.notebook_kernel.setup).
 
-Opening /dev/neuron* is not always holding a core: neuron-ls, neuron-top and neuron-monitor open
-the device to read it (`neuron-ls --show-all-procs` lists them with runtime version NA). A
+Opening /dev/neuron* is not always holding a core, but the sources single out neuron-top: the
+torch-neuronx troubleshooting entry for "NeuronCore(s) not available" says to "terminate any
+neuron-top sessions that are running" (2.31), so a running neuron-top is counted like any holder.
+neuron-ls and neuron-monitor open the device to read it (`neuron-ls --show-all-procs` lists such
+readers with runtime version NA); no 2.31 source names them among what blocks a core, so they are
+shown as readers, not counted. A
 profiler's `capture` subcommand (`neuron-profile capture -n file.neff`, `neuron-explorer
 capture`) is different: it runs the NEFF on the device for "standalone NEFF profiling" (Neuron
 Explorer migration FAQ, 2.31), so it holds cores while it runs. For a process that may hold cores,
@@ -31,8 +35,12 @@ from mnist_mlp.platform_paths import dev_dir
 NEURON_DEVICE = re.compile(r"neuron\d+")
 # How a Jupyter kernel's command line looks (JupyterLab, Notebook, VS Code all start this module).
 JUPYTER_KERNEL = re.compile(r"ipykernel_launcher|ipykernel\b|\bkernel-[\w-]+\.json")
-# aws-neuronx-tools that open the device without starting a runtime (no core reserved).
-MONITORS = frozenset({"neuron-ls", "neuron-top", "neuron-monitor"})
+# aws-neuronx-tools that open the device to read it and that no source names among what blocks a
+# core. neuron-top is not one: the troubleshooting entry for "NeuronCore(s) not available" says to
+# terminate its sessions (docs/sources.md), so it counts as a holder.
+MONITORS = frozenset({"neuron-ls", "neuron-monitor"})
+NEURON_TOP_ADVICE = ("the Neuron troubleshooting guide says to \"terminate any neuron-top sessions "
+                     "that are running\" when NeuronCores are not available")
 # Profilers: their `capture` subcommand executes a NEFF on the device (a holder while it runs);
 # their other subcommands (view, inspect's own process) read files or start a workload that is a
 # process of its own.
@@ -92,14 +100,14 @@ class DeviceHolder:
     devices: tuple[str, ...]  # e.g. ("/dev/neuron0",)
     is_jupyter_kernel: bool
     is_this_process: bool
-    is_monitor: bool = False  # a Neuron tool reading the device: holds no NeuronCore
+    is_monitor: bool = False  # a Neuron tool reading the device, not counted (MONITORS)
     core_env: tuple[tuple[str, str], ...] | None = None  # CORE_VARIABLES it set; None: unreadable
 
     @property
     def cores(self) -> str:
         """Which NeuronCores it asked for, as far as its environment says."""
         if self.is_monitor:
-            return "none (a monitor)"
+            return "none known (a reader: neuron-ls or neuron-monitor)"
         if self.core_env is None:
             return "unknown (its environment is not readable by this user)"
         if not self.core_env:
@@ -113,6 +121,9 @@ class DeviceHolder:
             what = "this notebook's own kernel" if self.is_jupyter_kernel else "this process"
         if self.is_monitor:
             return f"pid {self.pid}, a monitor, reads {', '.join(self.devices)}: {self.cmdline}"
+        if _tool_name(self.cmdline.split()) == "neuron-top":
+            return (f"pid {self.pid}, neuron-top, has {', '.join(self.devices)} open ({NEURON_TOP_ADVICE}): "
+                    f"{self.cmdline}")
         return (f"pid {self.pid}, {what}, holds {', '.join(self.devices)} (cores: {self.cores}): "
                 f"{self.cmdline}")
 
@@ -136,13 +147,21 @@ class HolderScan:
         return [h for h in self.core_holders if not h.is_this_process]
 
 
+def _tool_name(argv: list[str]) -> str:
+    """argv[0]'s name, or a Python script's (argv[1]) when argv[0] is python."""
+    if not argv:
+        return ""
+    start = 1 if os.path.basename(argv[0]).startswith("python") and len(argv) > 1 else 0
+    return os.path.basename(argv[start])
+
+
 def is_monitor(argv: list[str]) -> bool:
-    """A Neuron tool that reads the device without holding a core: argv[0]'s name (a Python
-    script's is argv[1]'s) is a monitor, or a profiler whose subcommand is not `capture`."""
+    """A Neuron tool that reads the device and is not counted: a MONITORS name (a Python
+    script's is argv[1]'s), or a profiler whose subcommand is not `capture`."""
     if not argv:
         return False
     start = 1 if os.path.basename(argv[0]).startswith("python") and len(argv) > 1 else 0
-    name = os.path.basename(argv[start])
+    name = _tool_name(argv)
     if name in MONITORS:
         return True
     if name in PROFILERS:

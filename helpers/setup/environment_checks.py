@@ -40,8 +40,9 @@ FREE_CORES_FIX = (
     "(left sidebar) and shut that kernel down, or `kill <pid>`. To run two programs at once, "
     "give each its own cores before torch_xla starts, e.g. NEURON_RT_VISIBLE_CORES=0 for one "
     "and NEURON_RT_VISIBLE_CORES=1 for the other. Otherwise "
-    f"{busy_core_messages_text()}. Monitors (neuron-top, neuron-ls, neuron-monitor) "
-    "hold no core and are not counted; a profiler's `capture` does.")
+    f"{busy_core_messages_text()}. neuron-top counts (the Neuron troubleshooting guide says to "
+    "terminate its sessions); neuron-ls and neuron-monitor, which read the device, do not; a "
+    "profiler's `capture` does.")
 
 
 SELF_HOLDS_FIX = (
