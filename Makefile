@@ -29,7 +29,7 @@ DLAMI_VENV ?= /opt/aws_neuronx_venv_pytorch_2_9
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 SOLUTIONS := $(sort $(wildcard notebooks/solutions/[0-9][0-9]_*.py))
 # make lab LAB_IP=0.0.0.0 LAB_PORT=8890: where JupyterLab listens. The default, the loopback
-# address, is what an SSH tunnel reaches (README: "JupyterLab on a remote trn1").
+# address, is what an SSH tunnel reaches (docs/trn1.md: "JupyterLab on a remote trn1").
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 # make lab LAB_ARGS=--no-browser: more jupyter lab options (the workshop stack's service passes that one).
