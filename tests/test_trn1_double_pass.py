@@ -23,8 +23,8 @@ def workbook_on_trn1(tmp_path_factory):
     env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}, **env}
     results = run_workbook(workbook_notebooks(REPO), work / "instance", env)
     for r in results:  # shown with -s, and in the closing note
-        print(f"trn1 double: {r.name}: {r.seconds:.0f} s, {len(set(r.compiled))} graphs compiled "
-              f"(stated {r.stated_new_graphs}), {len(r.cached)} read from the cache, "
+        print(f"trn1 double: {r.name}: {r.seconds:.0f} s, {len(r.compiled)} neuronx-cc runs "
+              f"(stated {r.stated_compiles}), {len(r.cached)} read from the cache, "
               f"{r.refused} refused, {'failed' if r.error else 'ran to its end'}")
     return {r.name[:2]: r for r in results}
 
@@ -55,8 +55,9 @@ def test_no_process_is_refused_a_core(workbook_on_trn1):
 COUNTS_NOT_COMPARABLE = {"04", "06"}
 
 
-def test_each_notebook_compiles_what_its_introduction_says(workbook_on_trn1):
-    stated = {n: (r.stated_new_graphs, len(set(r.compiled))) for n, r in workbook_on_trn1.items()
-              if r.stated_new_graphs is not None and n not in COUNTS_NOT_COMPARABLE}
+def test_each_notebook_runs_the_compiler_as_often_as_its_introduction_says(workbook_on_trn1):
+    stated = {n: (r.stated_compiles, len(r.compiled)) for n, r in workbook_on_trn1.items()
+              if r.stated_compiles is not None and n not in COUNTS_NOT_COMPARABLE
+              and not r.error}  # a notebook stopped early compiled only part of its graphs
     assert {"02", "03", "07"} <= set(stated)
     assert all(s == c for s, c in stated.values()), stated

@@ -22,7 +22,8 @@ from nbclient.exceptions import CellExecutionError
 from tests.trn1_double import journal
 
 SHUT_DOWN_BEFORE = re.compile(r"[Bb]efore notebook (\d\d), shut this kernel down")
-STATED_NEW_GRAPHS = re.compile(r"\*\*(\d+) (?:new )?graphs\*\*")
+# "compiles **11 new graphs**", "runs `neuronx-cc` **7 times**": what the introduction promises.
+STATED_COMPILES = re.compile(r"\*\*(\d+)\s+(?:new\s+graphs|graphs|times)\*\*")
 
 
 @dataclass
@@ -30,10 +31,10 @@ class NotebookOnDouble:
     name: str
     seconds: float = 0.0
     error: str | None = None  # the failing cell's error, as the learner would read it
-    compiled: list[str] = field(default_factory=list)  # cache keys compiled while it ran
+    compiled: list[str] = field(default_factory=list)  # cache keys compiled while it ran, each time
     cached: list[str] = field(default_factory=list)  # cache keys read from the cache
     refused: int = 0  # processes refused NeuronCores while it ran
-    stated_new_graphs: int | None = None  # what its introduction promises a trn1 compiles
+    stated_compiles: int | None = None  # neuronx-cc runs its introduction promises a trn1
     outputs: str = ""  # every text output, for the pass's checks
 
 
@@ -79,8 +80,8 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
             running = {u: c for u, c in running.items() if u > number}
             nb = nbformat.read(path, as_version=4)
             result = NotebookOnDouble(path.stem)
-            if m := STATED_NEW_GRAPHS.search(markdown(nb)):
-                result.stated_new_graphs = int(m[1])
+            if m := STATED_COMPILES.search(markdown(nb)):
+                result.stated_compiles = int(m[1])
             seen = len(journal(root))
             client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                     resources={"metadata": {"path": str(path.parent)}})
@@ -95,6 +96,9 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
                 result.error = str(err)[-3000:]
             result.seconds = time.perf_counter() - started
             result.outputs = text_outputs(nb)
+            until = kept_until(nb)
+            if not until or result.error:
+                shut_down(client)  # first: a kernel hands its last graphs over as it exits
             for event in journal(root)[seen:]:
                 if event["event"] == "compiled":
                     result.compiled.append(event["key"])
@@ -103,11 +107,8 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
                 elif event["event"] == "refused":
                     result.refused += 1
             results.append(result)
-            until = kept_until(nb)
             if until and result.error is None:
                 running[until] = client
-            else:
-                shut_down(client)
     finally:
         for client in running.values():
             shut_down(client)
