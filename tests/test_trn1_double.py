@@ -7,7 +7,7 @@ import pytest
 from tests.paths import REPO_ROOT
 from tests.trn1_double import build_instance, journal
 
-pytestmark = pytest.mark.e2e
+
 
 HOLD = ("from mnist_mlp.backend import select_backend\n"
         "b = select_backend(); d = b.device; import sys, time\n"
@@ -20,6 +20,7 @@ def python(code, env, **kw):
                             **kw)
 
 
+@pytest.mark.e2e
 def test_a_held_core_refuses_the_next_process_with_the_runtime_line(tmp_path):
     import os
 
@@ -43,3 +44,40 @@ def test_a_held_core_refuses_the_next_process_with_the_runtime_line(tmp_path):
     again = python(HOLD, env)  # the holder exited: its cores are free again
     assert again.stdout.readline().strip() == "neuron"
     again.communicate("", timeout=60)
+
+
+@pytest.fixture
+def rules(tmp_path, monkeypatch):
+    """The double's rules module, reading a trn1.2xlarge built under tmp_path."""
+    build_instance(tmp_path)
+    monkeypatch.setenv("WORKBOOK_PLATFORM_ROOT", str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    from trn1_platform import rules
+
+    return rules
+
+
+@pytest.mark.parametrize("env, cores", [
+    ({}, [0, 1]),  # every core of the machine
+    ({"NEURON_RT_VISIBLE_CORES": "1"}, [1]),
+    ({"NEURON_RT_VISIBLE_CORES": "0-1"}, [0, 1]),
+    ({"NEURON_RT_NUM_CORES": "1"}, 1),  # a count: the runtime picks free ones
+])
+def test_the_cores_a_process_asks_for(rules, env, cores):
+    assert rules.requested_cores(env) == cores
+
+
+@pytest.mark.parametrize("env", [{"NEURON_RT_VISIBLE_CORES": "2"}, {"NEURON_RT_VISIBLE_CORES": "0,1"},
+                                 {"NEURON_RT_NUM_CORES": "3"}, {"NEURON_RT_NUM_CORES": "0"}])
+def test_cores_the_instance_does_not_have_are_refused(rules, env):
+    with pytest.raises(RuntimeError):
+        rules.requested_cores(env)
+
+
+def test_the_cache_the_environment_selects(rules, tmp_path):
+    default = str(tmp_path / "var/tmp/neuron-compile-cache")
+    assert rules.cache_root({}) == default
+    assert rules.cache_root({"NEURON_COMPILE_CACHE_URL": "/u"}) == "/u"
+    both = {"NEURON_COMPILE_CACHE_URL": "/u", "NEURON_CC_FLAGS": "-O1 --cache_dir=/d"}
+    assert rules.cache_root(both) == "/d"  # --cache_dir wins, as the env-vars page says
+    assert rules.compiler_flags(both) == ["-O1"]

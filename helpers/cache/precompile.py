@@ -198,7 +198,6 @@ def explain(commands: PrecompileCommands, trial_steps: int) -> str:
         "     mode (its outputs are invalid), stores each traced graph's HLO in the Neuron cache,",
         "     then compiles them in parallel. On a trn1.2xlarge (32 GiB, 8 vCPUs) the Neuron docs",
         f"     advise {RETRIES_VARIABLE}=1 (limited host memory and CPU), which this sets there;",
-        "     leave --num_parallel at its default: more compiles at once risk running out of memory.",
         f"  2. {commands.shell()['run']}",
         "     the real run, with the same options: every graph it traces is already compiled.",
         "Here only the short trial runs, without the wrapper, on the XLA CPU stand-in: it shows",

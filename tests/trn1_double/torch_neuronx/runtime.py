@@ -23,9 +23,14 @@ def reserve_cores() -> list[int]:
     until the process exits": one flock per core, held by this process until it exits (the
     kernel drops flocks of a killed process too); the device node stays open meanwhile, so
     /proc/<pid>/fd shows this process as a holder, as on a trn1."""
-    cores = rules.requested_cores()
+    wanted = rules.requested_cores()
     lock_dir = rules.platform_root() / "run/neuron"
     lock_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(wanted, int):  # NEURON_RT_NUM_CORES: the first free ones, as many as asked
+        free = [c for c in range(rules.machine_cores()) if _is_free(lock_dir / f"nc{c}.lock")]
+        cores = free[:wanted] if len(free) >= wanted else list(range(wanted))
+    else:
+        cores = wanted
     taken = []
     for core in cores:
         fd = os.open(lock_dir / f"nc{core}.lock", os.O_RDWR | os.O_CREAT)

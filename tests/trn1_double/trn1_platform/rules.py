@@ -21,8 +21,8 @@ BUSY_CORE_LINE = ("ERROR NRT:nrt_allocate_neuron_cores NeuronCore(s) not availab
 # docs/sources.md, "A cache hit, and the cache key" (neuron-caching.html).
 CACHED_NEFF_LINE = ("INFO ||NCC_WRAPPER||: Using a cached neff at {neff}. Exiting with a "
                     "successfully compiled graph.")
-CACHED_FAILURE_LINE = ("Got a cached failed neff at {neff}. Will skip compilation, please set "
-                       "--retry_failed_compilation for recompilation.")
+CACHED_FAILURE_LINE = ("INFO ||NCC_WRAPPER||: Got a cached failed neff at {neff}. Will skip "
+                       "compilation, please set --retry_failed_compilation for recompilation.")
 # docs/sources.md, "train.py's first run compiles two graphs in about 3 minutes (2022 log)":
 # the lines that close one compile in the tutorial's log.
 COMPILED_LINES = ("Compiler status PASS",
@@ -39,17 +39,27 @@ def machine_cores() -> int:
     return sum(int((d / "core_count").read_text()) for d in sysfs.glob("neuron[0-9]*"))
 
 
-def requested_cores(env=None) -> list[int]:
+def requested_cores(env=None) -> list[int] | int:
     """The cores this process's runtime reserves: NEURON_RT_VISIBLE_CORES (one index or one
-    inclusive range), else every core of the machine."""
+    inclusive range, "Any value or range between 0 to Max NeuronCore in the system"), else a
+    count of free ones, NEURON_RT_NUM_CORES ("will attempt to automatically reserve the number of
+    free NeuronCores specified"; returned as an int), else every core of the machine."""
     env = os.environ if env is None else env
+    total = machine_cores()
     spec = env.get("NEURON_RT_VISIBLE_CORES", "").strip()
     if not spec:
-        return list(range(machine_cores()))
+        count = env.get("NEURON_RT_NUM_CORES", "").strip()
+        if count:
+            if not count.isdigit() or not 1 <= int(count) <= total:
+                raise RuntimeError(f"NEURON_RT_NUM_CORES={count!r}: a number from 1 to {total}")
+            return int(count)
+        return list(range(total))
     m = re.fullmatch(r"(\d+)(?:-(\d+))?", spec)
     if not m:
         raise RuntimeError(f"NEURON_RT_VISIBLE_CORES={spec!r}: one index or one range")
     lo, hi = int(m[1]), int(m[2] or m[1])
+    if hi >= total or hi < lo:
+        raise RuntimeError(f"NEURON_RT_VISIBLE_CORES={spec!r}: this instance has cores 0-{total - 1}")
     return list(range(lo, hi + 1))
 
 
