@@ -1,6 +1,7 @@
 """Starting a command so that nothing it starts outlives us: the one place the workbook starts
-a process (the MNIST download here; the notebooks' runs, torchrun and TensorBoard through
-helpers.launch and helpers.inside).
+a process that runs beside it (the MNIST download here; the notebooks' runs, torchrun,
+TensorBoard and neuron-monitor through helpers.launch and helpers.inside). docs/architecture.md
+names the one other kind, short commands a command-line tool waits for (subprocess.run).
 
 Each child gets a session (a process group) of its own, so stopping it stops everything it
 started, and, on Linux, the kernel's parent-death signal: if the process that started it dies,
@@ -30,12 +31,13 @@ def _die_with(parent_pid: int):
 
 
 def start(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd=None,
-          stdout=subprocess.PIPE, text: bool = False) -> subprocess.Popen:
-    """Popen(cmd) in a session of its own, output (stdout and stderr merged) to `stdout`, stdin
-    closed, and on Linux SIGTERM to it when the thread that started it dies."""
+          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text: bool = False) -> subprocess.Popen:
+    """Popen(cmd) in a session of its own, output to `stdout` (stderr merged into it unless
+    `stderr` says otherwise), stdin closed, and on Linux SIGTERM to it when the thread that
+    started it dies."""
     return subprocess.Popen(
         [os.fspath(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=stdout,
-        stderr=subprocess.STDOUT, env=None if env is None else dict(env), cwd=cwd, text=text,
+        stderr=stderr, env=None if env is None else dict(env), cwd=cwd, text=text,
         start_new_session=True,
         preexec_fn=_die_with(os.getpid()) if sys.platform.startswith("linux") else None)
 

@@ -3,6 +3,7 @@ schema (Neuron Monitor User Guide, v2.31.0), the monitor's stream read from a re
 the stand-in's per-worker psutil readings of real busy processes."""
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from helpers.inside.utilization import (NEURON_MONITOR_DOCS, STAND_IN_SOURCE, NeuronMonitorSource,
                                  ReportError, UtilizationMonitor, WorkerProcessSource,
                                  neuron_monitor_config, parse_neuron_monitor_report, source_for)
+from tests.paths import REPO_ROOT
 
 
 def documented_report(utilization=(42.01, 42.02), device_bytes=12519788544, pid=1234,
@@ -161,6 +163,57 @@ time.sleep(60)
         source.stop()
     assert source.proc.poll() is not None, "neuron-monitor is stopped"
     assert not os.path.exists(config_path), "its config file is removed"
+
+
+def test_neuron_monitor_keeps_stderr_out_of_its_stream_and_dies_with_its_kernel(tmp_path):
+    # A "kernel" starts the source on a stand-in neuron-monitor that writes a warning to stderr,
+    # then (on a go-ahead) one report, and would run for five minutes; the kernel reads the
+    # report and is killed outright (SIGKILL: no atexit, no stop()). The OS sends the monitor
+    # SIGTERM (mnist_mlp.child_process), so it does not outlive the kernel.
+    go_ahead = tmp_path / "go-ahead"
+    tool = tmp_path / "neuron-monitor"
+    tool.write_text(f"""#!{sys.executable}
+import os, sys, time
+print("a warning, not a report", file=sys.stderr, flush=True)
+while not os.path.exists({str(go_ahead)!r}):
+    time.sleep(0.02)
+print({json.dumps(documented_report())!r}, flush=True)
+time.sleep(300)
+""")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    kernel_code = f"""
+import os, pathlib, signal, time
+from helpers.inside.utilization import NeuronMonitorSource
+source = NeuronMonitorSource(executable={str(tool)!r})
+source.start()
+time.sleep(1.0)  # time for a stderr line to reach the stream, were it merged into it
+early = source.sample()
+pathlib.Path({str(go_ahead)!r}).touch()
+report = None
+while report is None:
+    report = source.sample()
+    time.sleep(0.02)
+print(source.proc.pid, early, sorted(report.busy_percent), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    kernel = subprocess.run([sys.executable, "-c", kernel_code], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert kernel.returncode == -signal.SIGKILL, kernel.stderr
+    pid, shown = kernel.stdout.split(" ", 1)
+    assert shown.strip() == "None ['NeuronCore 0', 'NeuronCore 1']", shown
+    monitor = int(pid)
+
+    def gone():
+        try:
+            return psutil.Process(monitor).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+    deadline = time.monotonic() + 20
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not gone():
+        psutil.Process(monitor).kill()
+        raise AssertionError(f"neuron-monitor (pid {pid}) outlived the kernel that started it")
 
 
 @pytest.fixture

@@ -1,8 +1,14 @@
-"""The Neuron persistent compile cache: find it, list it, clean it, share it, fill it.
+"""The Neuron persistent compile cache: find it, list it, clean it, share it, fill it (notebook
+03 and the classroom tools).
 
     python -m helpers.cache ls|show|prune|export|import [--root DIR] [--dry-run] [--json]
 
-location (where the cache is), entry + scan (what is in it), plans (what cleanup removes),
-archive (export/import), render (text views), cli, demo (a cache in every state, for notebook
-03 and the tests), flags (NEURON_CC_FLAGS), precompile (neuron_parallel_compile), widgets.
+Modules: location (where the cache is), entry and scan (what is in it), plans and removal (what
+cleanup removes, and removing it), archive and archive_import (export and import), render (text
+views), units (sizes and times as people type them), command_line (`python -m helpers.cache`),
+demo (a cache in every state, for notebook 03 and the tests), flags (NEURON_CC_FLAGS),
+precompile (neuron_parallel_compile), cache_browser, flags_editor and widget_parts (the widgets
+CacheBrowser and FlagsEditor, and what they share).
+
+Imports: mnist_mlp, helpers.launch and helpers.show.
 """

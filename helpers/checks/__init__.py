@@ -1,6 +1,10 @@
-"""Checks in every notebook: `check()` below, the expected values per backend (expected) and the
-exercises' checks (exercises). Imports mnist_mlp and the other helpers packages, which never
-import it.
+"""Checks in every notebook: `check()` below, the expected values per backend and the exercises'
+checks. No other package imports it.
+
+Modules: expected (every backend-dependent value, keyed by backend), exercises/ (the exercises'
+checks, one module per notebook or pair).
+
+Imports: mnist_mlp, helpers.cache and helpers.inside.
 
 One-line checks for the notebooks: print what holds, in words a learner reads, or raise.
 

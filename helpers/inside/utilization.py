@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from helpers.launch.processes import stop_process_tree
+from mnist_mlp import child_process
 
 # neuron-monitor's configuration (Neuron Monitor User Guide, v2.31.0): every Neuron runtime on
 # the host, a report each second, the metric groups this widget reads.
@@ -116,9 +117,9 @@ class NeuronMonitorSource:
                                                    delete=False)
         json.dump(neuron_monitor_config(self.period_s), self._config)
         self._config.close()
-        self.proc = subprocess.Popen(self.command(self._config.name), stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                     text=True, start_new_session=True)
+        # Dies with the kernel (child_process); its stderr is no report, kept out of the stream.
+        self.proc = child_process.start(self.command(self._config.name), stderr=subprocess.DEVNULL,
+                                        text=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:

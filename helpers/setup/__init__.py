@@ -1,8 +1,11 @@
-"""Every notebook's first cell, and notebook 00: `setup()` picks the backend, checks the machine,
-gives the kernel its NeuronCores and refuses to start while another process holds them
-(notebook_kernel, core_holders); the environment checks and notebook 00's checklist;
-venv_plan, which `make venv` runs with the standard library only. Imports mnist_mlp and
-helpers.launch.
+"""Every notebook's first cell, notebook 00, and `make venv`.
+
+Modules: notebook_kernel (`setup()`: picks the backend, checks the machine, gives the kernel its
+NeuronCores and refuses to start while another process holds them), core_holders (who holds the
+NeuronCores), environment_checks and platform_checks (notebook 00's checks), checklist (notebook
+00's checklist), venv_plan (what `make venv` runs, with the standard library only).
+
+Imports: mnist_mlp, helpers.cache and helpers.launch.
 
 `from helpers.setup import setup` loads notebook_kernel when first asked for, so that
 `python3 -m helpers.setup.venv_plan` runs before torch is installed.

@@ -1,2 +1,8 @@
-"""What the notebooks display: tables, plots, progress bars, script diffs, the stages' results
-side by side, cost per epoch. Imports mnist_mlp only."""
+"""What the notebooks display.
+
+Modules: tables (one plain-text table formatter), plots (digit grids and loss curves), progress
+(progress bars), diffs (the stage scripts side by side), stages (the stages' results side by
+side), cost (time and cost per epoch).
+
+Imports: mnist_mlp.
+"""
