@@ -50,14 +50,15 @@ def test_no_process_is_refused_a_core(workbook_on_trn1):
     assert {n: r.refused for n, r in workbook_on_trn1.items() if r.refused} == {}
 
 
-# Notebooks whose graphs run under torchrun: there the double's all-reduce takes the gradients
-# through the host (the CPU client has no collective), which adds graphs a trn1 does not compile.
-COUNTS_NOT_COMPARABLE = {"04", "06"}
+# 06: the double counts 6 compiler runs where the stand-in's graph record (the source of the
+# figure its introduction states) counts 4 new graphs; the two count eager mode's per-operation
+# graphs differently, and which of them a trn1's neuronx-cc sees is not settled here.
+COUNTS_NOT_COMPARABLE = {"06"}
 
 
 def test_each_notebook_runs_the_compiler_as_often_as_its_introduction_says(workbook_on_trn1):
     stated = {n: (r.stated_compiles, len(r.compiled)) for n, r in workbook_on_trn1.items()
               if r.stated_compiles is not None and n not in COUNTS_NOT_COMPARABLE
               and not r.error}  # a notebook stopped early compiled only part of its graphs
-    assert {"02", "03", "07"} <= set(stated)
+    assert {"02", "03", "04", "07"} <= set(stated)
     assert all(s == c for s, c in stated.values()), stated
