@@ -59,7 +59,7 @@ $(STAMP): $(REQUIREMENTS) pyproject.toml
 	@touch $@
 
 data: $(STAMP)
-	$(PY) -m mnist_mlp.download
+	$(PY) -m mnist_mlp.common.download
 
 # The venv's bin/ first on PATH: kernels and what they start find its torchrun, neuronx-cc,
 # neuron_parallel_compile and tensorboard (`%tensorboard`) by name without activating the venv.

@@ -23,15 +23,15 @@ from pathlib import Path
 import torch
 
 from mnist_mlp import train_cpu
-from mnist_mlp.backend import select_xla_backend
-from mnist_mlp.cli import one_line_errors
-from mnist_mlp.data import make_loader
-from mnist_mlp.download import ensure_mnist
+from mnist_mlp.common.backend import select_xla_backend
+from mnist_mlp.common.cli import one_line_errors
+from mnist_mlp.common.data import make_loader
+from mnist_mlp.common.download import ensure_mnist
 from mnist_mlp.model import MLP
-from mnist_mlp.paths import REPO_ROOT
-from mnist_mlp.precision import PRECISIONS
-from mnist_mlp.results import RunResults, results_path
-from mnist_mlp.tracking import StepTracker
+from mnist_mlp.common.paths import REPO_ROOT
+from mnist_mlp.common.precision import PRECISIONS
+from mnist_mlp.common.results import RunResults, results_path
+from mnist_mlp.common.tracking import StepTracker
 
 TARGET_FAST_VS_TORCHVISION = 3.5
 TARGET_FAST_VS_BARE = 0.90

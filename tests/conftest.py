@@ -11,7 +11,7 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 @pytest.fixture(scope="session")
 def mnist_root():
     """The verified MNIST root (`make data` has normally built it already)."""
-    from mnist_mlp.download import ensure_mnist
+    from mnist_mlp.common.download import ensure_mnist
 
     return ensure_mnist(progress=False)
 

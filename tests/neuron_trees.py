@@ -1,13 +1,13 @@
 """A Trainium host's Neuron files, laid out under a directory as the Neuron driver lays them out
 (/sys/devices/virtual/neuron_device/neuron<N>/core_count, /dev/neuron<N>, the DMI product name),
-and a torch_neuronx package to put on the path. mnist_mlp.backend reads such a tree when
-WORKBOOK_PLATFORM_ROOT names it (mnist_mlp/platform_paths.py)."""
+and a torch_neuronx package to put on the path. mnist_mlp.common.backend reads such a tree when
+WORKBOOK_PLATFORM_ROOT names it (mnist_mlp/common/platform_paths.py)."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from mnist_mlp.platform_paths import PLATFORM_ROOT_ENV, dev_dir
+from mnist_mlp.common.platform_paths import PLATFORM_ROOT_ENV, dev_dir
 
 NEURON_SYSFS = Path("/sys/devices/virtual/neuron_device")
 DEV_DIR = Path("/dev")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from mnist_mlp.paths import REPO_ROOT
-from mnist_mlp.precision import PRECISIONS
+from mnist_mlp.common.paths import REPO_ROOT
+from mnist_mlp.common.precision import PRECISIONS
 from tests.built_once import built_once
 
 TRIAL_STEPS, LONG_STEPS = 5, 120  # LONG reads the loss at steps 1, 50 and 100; TRIAL at 1 only

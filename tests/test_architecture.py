@@ -258,7 +258,7 @@ def test_every_child_that_runs_beside_us_starts_through_child_process():
     starters = {m: sorted(long) for m, (long, _) in STARTS.items() if long}
     assert sorted(starters) == sorted(PAGE.long_lived_starters), (
         "only the module the page names starts a process that runs beside us (it dies with its "
-        f"parent): use mnist_mlp.child_process.start instead of {starters}")
+        f"parent): use mnist_mlp.common.child_process.start instead of {starters}")
 
 
 def notebook_entry_modules() -> set[str]:
@@ -296,7 +296,7 @@ def test_only_command_line_tools_no_notebook_imports_run_a_command_and_wait():
     assert len(kernel_side) > 20 and "helpers.setup.notebook_kernel" in kernel_side
     assert not kernel_side & set(waiting), (
         "a notebook kernel can import these, whose children would outlive a killed kernel: "
-        f"start them with mnist_mlp.child_process.start instead: {sorted(kernel_side & set(waiting))}")
+        f"start them with mnist_mlp.common.child_process.start instead: {sorted(kernel_side & set(waiting))}")
 
 
 def test_deploy_imports_what_the_page_says_and_nothing_imports_deploy():

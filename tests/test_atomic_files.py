@@ -1,4 +1,4 @@
-"""mnist_mlp/atomic_files.py: atomic and durable writes, stale temp files, writable directories.
+"""mnist_mlp/common/atomic_files.py: atomic and durable writes, stale temp files, writable directories.
 
 Read-only directories are made for real: `chattr +i` as root (permission bits do not stop
 root), `chmod 555` otherwise. A killed writer is a real process killed with SIGKILL.
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnist_mlp import atomic_files
-from mnist_mlp.atomic_files import (
+from mnist_mlp.common import atomic_files
+from mnist_mlp.common.atomic_files import (
     UnwritableDirError,
     atomic_path,
     atomic_save,
@@ -103,7 +103,7 @@ def test_file_then_directory_are_fsynced_around_the_rename(tmp_path, monkeypatch
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from mnist_mlp.atomic_files import atomic_path
+    from mnist_mlp.common.atomic_files import atomic_path
     with atomic_path(sys.argv[1]) as tmp:
         with open(tmp, "wb") as f:
             f.write(b"half a checkpoint" * 1000)

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from mnist_mlp.backend import (check_worker_count, device_core_counts, instance_type, logical_neuron_cores,
+from mnist_mlp.common.backend import (check_worker_count, device_core_counts, instance_type, logical_neuron_cores,
                                parse_core_list, visible_neuron_cores)
 
 
@@ -109,7 +109,7 @@ def select(monkeypatch):
     or NEURON_RT_VISIBLE_CORES set (unless `env` says), and `extra_path` (a torch_neuronx) first
     on the path. Returns (first line, summary): name, PJRT_DEVICE it left set, NeuronCores; its
     summary. Whatever it changes (os.environ, sys.path, sys.modules) is undone afterwards."""
-    from mnist_mlp.backend import select_backend
+    from mnist_mlp.common.backend import select_backend
 
     monkeypatch.setitem(sys.modules, "torch_neuronx", None)  # recorded: removed again afterwards
     del sys.modules["torch_neuronx"]  # not imported: looked for on the path

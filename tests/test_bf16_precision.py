@@ -1,9 +1,9 @@
-"""mnist_mlp/precision.py: stochastic rounding, the SGD variants for BF16, and the settings."""
+"""mnist_mlp/common/precision.py: stochastic rounding, the SGD variants for BF16, and the settings."""
 import pytest
 import torch
 
 from mnist_mlp.model import MLP
-from mnist_mlp.precision import (FP32MasterSGD, StochasticRoundingSGD, cast_inputs_to,
+from mnist_mlp.common.precision import (FP32MasterSGD, StochasticRoundingSGD, cast_inputs_to,
                                  deprecated_bf16_env_error, describe, parameter_bytes,
                                  stochastic_round_to_bf16, with_auto_cast_none)
 from tests.xla_stand_in import stand_in_device

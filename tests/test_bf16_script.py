@@ -3,7 +3,7 @@ CPU stand-in; and its diff against train.py, which is the lesson, kept to the BF
 import pytest
 import torch
 
-from mnist_mlp.precision import PRECISIONS
+from mnist_mlp.common.precision import PRECISIONS
 from tests.paths import REPO_ROOT
 from tests.script_runs import LONG_STEPS
 from tests.test_scripts import (assert_no_deprecation_warning, assert_sample_lines_in_order,
@@ -57,7 +57,7 @@ def test_deprecated_bf16_variable_is_refused_before_any_work(tmp_path, capsys, m
 
 
 def test_unknown_precision_is_a_usage_error(tmp_path, capsys):
-    from mnist_mlp.cli import parse_args
+    from mnist_mlp.common.cli import parse_args
 
     with pytest.raises(SystemExit) as exit_:
         parse_args("", ["--precision", "fp16", "--checkpoint-dir", str(tmp_path)], precision=True)

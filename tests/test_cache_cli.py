@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mnist_mlp.paths import REPO_ROOT as REPO
+from mnist_mlp.common.paths import REPO_ROOT as REPO
 
 from helpers.cache.demo import DEMO_VERSION
 from helpers.cache.scan import scan_cache

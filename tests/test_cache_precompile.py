@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mnist_mlp.paths import REPO_ROOT as REPO
+from mnist_mlp.common.paths import REPO_ROOT as REPO
 
 from helpers.cache import precompile
 
@@ -113,7 +113,7 @@ def test_trial_steps_must_be_positive(steps):
 
 
 def test_real_training_scripts_accept_both_command_lines():
-    from mnist_mlp.cli import parse_args
+    from mnist_mlp.common.cli import parse_args
 
     c = precompile.build_commands(REPO / "mnist_mlp" / "train.py", ARGS)
     run_args, trial_args = c.run[2:], c.trial_run[2:]

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mnist_mlp.paths import REPO_ROOT as REPO
+from mnist_mlp.common.paths import REPO_ROOT as REPO
 
 from helpers.cache.scan import scan_cache
 from tests.built_once import built_once

@@ -7,7 +7,7 @@ import pytest
 
 from helpers.show.cost import (COST_DATA, cost_rows, epoch_seconds, format_cost_rows, load_cost_data,
                           price, stand_in_epoch_times, steps_per_epoch)
-from mnist_mlp.results import RunResults
+from mnist_mlp.common.results import RunResults
 
 
 def test_every_price_and_published_figure_is_sourced_and_dated():

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mnist_mlp.distributed import (REPLICA_TOLERANCE, average_gradients, check_replicas_equal,
+from mnist_mlp.common.distributed import (REPLICA_TOLERANCE, average_gradients, check_replicas_equal,
                                    data_parallel_setup, gather_objects, parameter_checksum)
 from mnist_mlp.model import MLP
 
@@ -127,7 +127,7 @@ def one_worker_job(monkeypatch):
 
 
 def test_one_xla_worker_reduces_through_xla_and_says_so(one_worker_job, capsys):
-    from mnist_mlp.backend import Backend
+    from mnist_mlp.common.backend import Backend
 
     stand_in = Backend("xla-cpu", "test", "2.9.0", "2.9.0", None, 0)
     job = data_parallel_setup(stand_in)

@@ -37,9 +37,9 @@ def loaders_built_once(monkeypatch):
     takes a moment."""
     import functools
 
-    import mnist_mlp.data
+    import mnist_mlp.common.data
 
-    monkeypatch.setattr(mnist_mlp.data, "make_loader", functools.cache(mnist_mlp.data.make_loader))
+    monkeypatch.setattr(mnist_mlp.common.data, "make_loader", functools.cache(mnist_mlp.common.data.make_loader))
 
 
 def test_steps_per_epoch(mnist_root, loaders_built_once):

@@ -9,9 +9,9 @@ import nbformat
 import pytest
 
 from helpers.checks.expected import BACKENDS, DOCS, Expected, Fact, add_quantity, expected
-from mnist_mlp.precision import PRECISIONS
-from mnist_mlp.backend import Backend
-from mnist_mlp.paths import REPO_ROOT
+from mnist_mlp.common.precision import PRECISIONS
+from mnist_mlp.common.backend import Backend
+from mnist_mlp.common.paths import REPO_ROOT
 from tests.xla_stand_in import stand_in_device
 
 DEVICE = stand_in_device()  # at collection: tests/xla_stand_in.py says why
@@ -56,7 +56,7 @@ def test_values_differ_where_the_backends_do():
 def test_backend_object_or_name_and_clear_errors():
     backend = Backend("xla-cpu", "test", "2.9.0", "2.9.0", None, 0)
     assert expected(backend) == expected("xla-cpu")
-    with pytest.raises(ValueError, match="unknown backend 'gpu': pass a mnist_mlp.backend.Backend"):
+    with pytest.raises(ValueError, match="unknown backend 'gpu': pass a mnist_mlp.common.backend.Backend"):
         expected("gpu")
     with pytest.raises(AttributeError, match="no quantity 'graphs'.*add it, with its source"):
         expected("neuron").graphs  # noqa: B018

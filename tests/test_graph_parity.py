@@ -5,7 +5,7 @@ The runs are shared (tests/script_runs.py): the long ones also serve test_script
 import pytest
 
 from helpers.inside.lazy_metrics import graph_hashes
-from mnist_mlp.tracking import LOSS_EVERY
+from mnist_mlp.common.tracking import LOSS_EVERY
 
 
 def test_graph_hashes_parses_torch_xla_compilation_analysis():

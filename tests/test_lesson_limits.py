@@ -15,7 +15,7 @@ import re
 import nbformat
 import pytest
 
-from mnist_mlp.paths import REPO_ROOT
+from mnist_mlp.common.paths import REPO_ROOT
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 WORDS = re.compile(r"\w+")

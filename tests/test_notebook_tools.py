@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 
 from helpers.inside import lazy_metrics as xla_metrics  # noqa: E402
 from helpers.show import diffs, plots, stages  # noqa: E402
-from mnist_mlp.paths import REPO_ROOT  # noqa: E402
+from mnist_mlp.common.paths import REPO_ROOT  # noqa: E402
 from tests.built_once import built_once  # noqa: E402
 from tests.xla_stand_in import stand_in_device  # noqa: E402
 
@@ -118,9 +118,9 @@ def test_show_script_diff_renders_markers_that_survive_without_css(tmp_path):
 
 
 def test_show_script_diff_labels_repo_files_relative_to_the_repo(tmp_path):
-    here = REPO_ROOT / "mnist_mlp" / "paths.py"
+    here = REPO_ROOT / "mnist_mlp" / "common" / "paths.py"
     shown = diffs.show_script_diff(here, here)
-    assert "mnist_mlp/paths.py and mnist_mlp/paths.py are identical" in repr(shown)
+    assert "mnist_mlp/common/paths.py and mnist_mlp/common/paths.py are identical" in repr(shown)
     assert str(REPO_ROOT) not in shown._repr_html_()
 
 

@@ -117,7 +117,7 @@ def test_where_the_core_wins_for_a_given_fixed_cost():
 
 
 def test_a_new_shape_on_the_device_is_one_new_graph():
-    from mnist_mlp.xla_metrics import read_compile_metrics
+    from mnist_mlp.common.xla_metrics import read_compile_metrics
 
     before = read_compile_metrics()["UncachedCompile"]
     seconds = payoff.device_step_s(DEVICE, 24, (16, 8), steps=2, warmup=1)  # a shape of its own

@@ -248,7 +248,7 @@ def test_torchrun_set_up_chatter_goes_to_the_log_not_the_cell(two_rank_run):
 
 def test_a_killed_kernel_takes_its_running_command_with_it(tmp_path):
     """A notebook kernel killed outright (SIGKILL: out of memory, a forced restart) while
-    run_streaming waits: the command it started gets SIGTERM from the OS (mnist_mlp/child_process.py)
+    run_streaming waits: the command it started gets SIGTERM from the OS (mnist_mlp/common/child_process.py)
     instead of running on, holding NeuronCores on a trn1."""
     kernel = subprocess.Popen(
         [sys.executable, "-c", "from helpers.launch.processes import run_streaming\n"

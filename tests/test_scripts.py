@@ -254,7 +254,7 @@ def test_an_unwritable_checkpoint_dir_is_found_before_training(tmp_path, capsys,
 
 
 def test_a_profile_window_longer_than_the_run_is_refused(tmp_path):
-    from mnist_mlp.cli import UsageError, parse_args
+    from mnist_mlp.common.cli import UsageError, parse_args
 
     with pytest.raises(UsageError, match=r"--profile traces steps 3-22.*--steps-this-run 22 or more"):
         parse_args("", ["--steps-this-run", "10", "--profile", str(tmp_path / "p"),
@@ -375,7 +375,7 @@ def test_profile_traces_the_steps_asked_for_and_no_extra_graph(script_runs):
     """--profile DIR --profile-steps 5: torch_xla's profiler trace of steps 3-7, each one
     StepTrace, where TensorBoard's Profile tab looks (DIR/plugins/profile/<run>/). That it adds
     no graph, test_graph_parity shows: the unprofiled trial traced the same graphs."""
-    from mnist_mlp.observe import PROFILE_START_STEP, STEP_TRACE_NAME
+    from mnist_mlp.common.observe import PROFILE_START_STEP, STEP_TRACE_NAME
 
     run = script_runs["xla long"]
     assert "Profile: steps 3-7 traced into " in run.output
@@ -395,7 +395,7 @@ def test_profile_traces_the_steps_asked_for_and_no_extra_graph(script_runs):
 def test_tensorboard_scalars_per_step(script_runs):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from mnist_mlp.observe import GRAPHS_TAG, LOSS_TAG, THROUGHPUT_TAG
+    from mnist_mlp.common.observe import GRAPHS_TAG, LOSS_TAG, THROUGHPUT_TAG
 
     run = script_runs["xla long"]
     [events] = (run.directory / "tb").glob("events.out.tfevents.*")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_mlp.paths import REPO_ROOT
+from mnist_mlp.common.paths import REPO_ROOT
 
 SOURCES = REPO_ROOT / "docs" / "sources.md"
 NEURON_DOCS = re.compile(r"https?://awsdocs-neuron\.readthedocs-hosted\.com[^\s)\"'<>`\]\\|]*")

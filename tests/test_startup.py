@@ -20,8 +20,8 @@ def test_the_exceptions_are_the_xla_stage_scripts_and_the_rest_is_imported():
     # Pinned here too: a longer exception list is a decision, not a page edit.
     assert sorted(IMPORT_EXCEPTIONS) == ["mnist_mlp.train", "mnist_mlp.train_bf16",
                                          "mnist_mlp.train_torchrun"]
-    assert {"mnist_mlp", "mnist_mlp.platform_paths", "mnist_mlp.train_cpu",
-            "mnist_mlp.child_process"} <= set(SIDE_EFFECT_FREE)
+    assert {"mnist_mlp", "mnist_mlp.common.platform_paths", "mnist_mlp.train_cpu",
+            "mnist_mlp.common.child_process"} <= set(SIDE_EFFECT_FREE)
 
 
 CHILD = """
@@ -31,7 +31,7 @@ for name in sys.argv[1:]:
     importlib.import_module(name)
 after_import = dict(frozen=gc.get_freeze_count(), env_changed=sorted(k for k in set(env) | set(os.environ)
                     if env.get(k) != os.environ.get(k)), torch_xla="torch_xla" in sys.modules)
-from mnist_mlp.cli import one_line_errors
+from mnist_mlp.common.cli import one_line_errors
 one_line_errors(lambda: None)()
 frozen_once = gc.get_freeze_count()
 keep = [[] for _ in range(10)]  # new objects a second freeze would exempt

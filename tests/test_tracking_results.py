@@ -8,12 +8,12 @@ import time
 import pytest
 import torch
 
-from mnist_mlp.backend import select_backend
-from mnist_mlp.cli import UsageError
-from mnist_mlp.data import check_equal_steps, steps_per_rank
+from mnist_mlp.common.backend import select_backend
+from mnist_mlp.common.cli import UsageError
+from mnist_mlp.common.data import check_equal_steps, steps_per_rank
 from mnist_mlp.model import MLP
-from mnist_mlp.results import RunResults, finish_run, load_all
-from mnist_mlp.tracking import StepTracker, TrainingDiverged
+from mnist_mlp.common.results import RunResults, finish_run, load_all
+from mnist_mlp.common.tracking import StepTracker, TrainingDiverged
 
 
 class SteppedClock:
@@ -101,7 +101,7 @@ def test_tensorboard_log_gets_the_loss_reads_and_every_step(tmp_path):
     step, no graphs-compiled tag (no XLA); the event file is complete once the tracker stops."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from mnist_mlp.observe import LOSS_TAG, THROUGHPUT_TAG, TensorBoardLog
+    from mnist_mlp.common.observe import LOSS_TAG, THROUGHPUT_TAG, TensorBoardLog
 
     tracker = StepTracker(progress=False, loss_every=50, log=TensorBoardLog(tmp_path, xla=False))
     for step in range(1, 121):

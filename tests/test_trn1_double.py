@@ -9,7 +9,7 @@ from tests.trn1_double import build_instance, journal
 
 
 
-HOLD = ("from mnist_mlp.backend import select_backend\n"
+HOLD = ("from mnist_mlp.common.backend import select_backend\n"
         "b = select_backend(); d = b.device; import sys, time\n"
         "print(b.name, flush=True); sys.stdin.read()")
 

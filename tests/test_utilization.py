@@ -169,7 +169,7 @@ def test_neuron_monitor_keeps_stderr_out_of_its_stream_and_dies_with_its_kernel(
     # A "kernel" starts the source on a stand-in neuron-monitor that writes a warning to stderr,
     # then (on a go-ahead) one report, and would run for five minutes; the kernel reads the
     # report and is killed outright (SIGKILL: no atexit, no stop()). The OS sends the monitor
-    # SIGTERM (mnist_mlp.child_process), so it does not outlive the kernel.
+    # SIGTERM (mnist_mlp.common.child_process), so it does not outlive the kernel.
     go_ahead = tmp_path / "go-ahead"
     tool = tmp_path / "neuron-monitor"
     tool.write_text(f"""#!{sys.executable}

@@ -11,7 +11,7 @@ import helpers.setup.notebook_kernel as workbook
 from helpers.setup.core_holders import BUSY_CORE_MESSAGES, CORE_RULE, neuron_device_holders
 from helpers.setup.notebook_kernel import (NeuronCoresHeld, refuse_other_holders, remaining_cores, setup,
                               take_neuron_cores)
-from mnist_mlp.backend import Backend
+from mnist_mlp.common.backend import Backend
 from tests.neuron_trees import TRN1_32XLARGE, on_neuron_host
 from tests.proc_trees import KERNEL_CMDLINE, fake_process
 
@@ -200,7 +200,7 @@ def test_setup_on_the_stand_in_prints_only_the_summary(machine, monkeypatch, tmp
 def test_the_instructor_pages_quote_the_one_busy_core_message_set():
     """The busy-core messages are defined once (helpers.setup.core_holders) and quoted, each with a
     source, on the instructor's pages; no page quotes a message no source shows."""
-    from mnist_mlp.paths import REPO_ROOT
+    from mnist_mlp.common.paths import REPO_ROOT
 
     pages = {name: " ".join((REPO_ROOT / name).read_text().split())
              for name in ("notebooks/README.md", "docs/instructor.md")}

@@ -22,7 +22,7 @@ from helpers.cache.entry import Entry, NotRegularFile
 from helpers.cache.location import CompileCacheError
 from helpers.cache.scan import scan_cache
 from helpers.cache.units import human_bytes, iso_time
-from mnist_mlp.atomic_files import UnwritableDirError, atomic_path
+from mnist_mlp.common.atomic_files import UnwritableDirError, atomic_path
 
 MANIFEST_NAME = "compile-cache-manifest.json"
 MANIFEST_FORMAT = "trainium-workbook/compile-cache-export/2"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.cache import flags
-from mnist_mlp.platform_paths import default_compile_cache
+from mnist_mlp.common.platform_paths import default_compile_cache
 
 DEFAULT_ROOT = "/var/tmp/neuron-compile-cache"  # as the docs name it; read through default_compile_cache
 CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"

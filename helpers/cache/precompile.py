@@ -30,10 +30,10 @@ from helpers.cache.location import CompileCacheError, locate_cache
 from helpers.cache.scan import CacheScan, scan_cache
 from helpers.launch.processes import RANK_PREFIX_TEMPLATE, free_port, run_streaming
 from helpers.launch.torchrun import torchrun_argv
-from mnist_mlp.backend import check_worker_count, instance_type
+from mnist_mlp.common.backend import check_worker_count, instance_type
 
 WRAPPER = "neuron_parallel_compile"
-STEPS_FLAG = "--steps-this-run"  # the training scripts' step limit (mnist_mlp/cli.py)
+STEPS_FLAG = "--steps-this-run"  # the training scripts' step limit (mnist_mlp/common/cli.py)
 TRIAL_STEPS = 10
 # "Set NEURON_PARALLEL_COMPILE_MAX_RETRIES=1 when precompiling on trn1.2xlarge where there's
 # limited host memory and CPU resources" (neuron_parallel_compile CLI, Neuron docs v2.31.0,
@@ -214,13 +214,13 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
                on_line: Callable[[str], object] = print) -> PrecompileReport:
     """Precompile on Neuron and train; on the stand-in, explain and run the trial only.
 
-    backend: a mnist_mlp.backend.Backend, or its name ("neuron", "xla-cpu", "cpu"); None calls
+    backend: a mnist_mlp.common.backend.Backend, or its name ("neuron", "xla-cpu", "cpu"); None calls
     select_backend(). checkpoint_dir: where the script writes results_<stage>.json (defaults
     to the --checkpoint-dir in script_args, if any). env: variables added for the commands
     (e.g. NEURON_CC_FLAGS, NEURON_COMPILE_CACHE_URL); the cache scanned is the one they select.
     """
     if backend is None:
-        from mnist_mlp.backend import select_backend
+        from mnist_mlp.common.backend import select_backend
 
         backend = select_backend()
     mode_name = backend if isinstance(backend, str) else backend.name

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mnist_mlp.precision import PRECISIONS
+from mnist_mlp.common.precision import PRECISIONS
 
 DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/"
 MLP_TUTORIAL = DOCS + "frameworks/torch/torch-neuronx/tutorials/training/mlp.html"
@@ -56,7 +56,7 @@ _XLA_CPU = _facts(
     precompile_mode=Fact("stand-in", "no neuron_parallel_compile without Neuron: "
                          "helpers/cache/precompile.py runs the trial alone"),
     gradient_reduce=Fact("gloo", "torch_xla's CPU client has no cross-process all-reduce: "
-                         "mnist_mlp/distributed.py averages over gloo; " + STAND_IN),
+                         "mnist_mlp/common/distributed.py averages over gloo; " + STAND_IN),
     neuron_cores_visible=Fact(range(0, 1), "no /dev/neuron* device on this machine"),
     kernel_holds_core_after_xla=Fact(False, "no NeuronCore exists, so none is held"),
     lr_change_recompiles=Fact(False, "the learning rate reaches the graph as device data, not a "
@@ -136,10 +136,10 @@ def _show(value) -> str:
 
 
 def expected(backend) -> Expected:
-    """The Expected values for a mnist_mlp.backend.Backend or its name."""
+    """The Expected values for a mnist_mlp.common.backend.Backend or its name."""
     name = getattr(backend, "name", backend)
     if name not in _TABLE:
-        raise ValueError(f"unknown backend {name!r}: pass a mnist_mlp.backend.Backend or one of "
+        raise ValueError(f"unknown backend {name!r}: pass a mnist_mlp.common.backend.Backend or one of "
                          f"{', '.join(BACKENDS)}")
     return Expected(name, _TABLE[name])
 

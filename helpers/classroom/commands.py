@@ -19,7 +19,7 @@ from typing import Callable
 from helpers.classroom.notebook_pass import (build_classroom_cache, check_cache, check_pass, done_entries,
                                              graph_pass, record_notebooks)
 from helpers.classroom.reset import reset
-from mnist_mlp.paths import REPO_ROOT
+from mnist_mlp.common.paths import REPO_ROOT
 
 
 def run_check(record_path: Path, on_line: Callable[[str], object] = print) -> int:

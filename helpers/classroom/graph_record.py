@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from mnist_mlp.paths import REPO_ROOT
+from mnist_mlp.common.paths import REPO_ROOT
 
 RECORD = REPO_ROOT / "notebooks" / "classroom_graphs.json"
 REGENERATE = ("run `make notebooks` (it re-executes the notebooks in place, then every exercise "
@@ -49,7 +49,7 @@ def installed_torch_xla() -> str | None:
 def kernel_backend(env: Mapping[str, str] | None = None) -> str:
     """The backend select_backend() picks in a kernel started with env (PJRT_DEVICE=CPU forces
     the stand-in): "neuron", "xla-cpu" or "cpu"."""
-    from mnist_mlp.backend import visible_neuron_cores
+    from mnist_mlp.common.backend import visible_neuron_cores
 
     env = os.environ if env is None else env
     if (importlib.util.find_spec("torch_neuronx") and visible_neuron_cores(env) > 0

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from helpers.show.tables import text_table
-from mnist_mlp.paths import REPO_ROOT
+from mnist_mlp.common.paths import REPO_ROOT
 
 
 SOLUTIONS = "notebooks/solutions"
@@ -128,8 +128,8 @@ def forget_earlier_results(repo: Path, on_line: Callable[[str], object] = print)
     """The stage comparisons the notebooks print read every results file in the checkpoint
     directory: an earlier run's (another length, a stage since renamed) would be committed with
     them. This pass writes each stage's again; the checkpoints themselves stay."""
-    from mnist_mlp.paths import default_checkpoint_dir
-    from mnist_mlp.results import RESULTS_GLOB
+    from mnist_mlp.common.paths import default_checkpoint_dir
+    from mnist_mlp.common.results import RESULTS_GLOB
 
     # The kernels' checkpoint directory: the repo's (or $CHECKPOINT_DIR) for the workbook itself.
     directory = default_checkpoint_dir() if repo.resolve() == REPO_ROOT.resolve() else repo / "checkpoints"

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable
 
-from mnist_mlp.paths import REPO_ROOT
+from mnist_mlp.common.paths import REPO_ROOT
 
 # What `reset` removes besides restoring the notebooks: what runs wrote, all git-ignored.
 RUN_OUTPUTS = ("checkpoints", "results", "notebooks/.ipynb_checkpoints")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from mnist_mlp.xla_metrics import FIELDS, read_compile_metrics
+from mnist_mlp.common.xla_metrics import FIELDS, read_compile_metrics
 
 MAX_BARS = 40  # plot_compile_metrics draws bars up to this many steps, lines beyond
 

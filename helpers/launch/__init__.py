@@ -1,5 +1,5 @@
 """Starting processes from a notebook (notebooks 02-07), each child through
-mnist_mlp.child_process, so that it stops with its kernel.
+mnist_mlp.common.child_process, so that it stops with its kernel.
 
 Modules: processes (one runner that streams a command's output with a deadline and stops its
 process group with it, even when the kernel is killed), torchrun (torchrun on top of it), nodes

@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from mnist_mlp import child_process
+from mnist_mlp.common import child_process
 
 # torchrun's own per-rank line prefix, global rank (so two nodes' ranks differ too).
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
@@ -109,7 +109,7 @@ def _pump_lines(stream: io.TextIOBase, sink: queue.Queue, tag=None) -> None:
 def start_streamed(cmd: Sequence[str], sink: queue.Queue, tag, *,
                    env: Mapping[str, str] | None = None,
                    cwd: str | os.PathLike | None = None) -> subprocess.Popen:
-    """Start `cmd` (mnist_mlp.child_process.start: a session of its own, and SIGTERM when this
+    """Start `cmd` (mnist_mlp.common.child_process.start: a session of its own, and SIGTERM when this
     process dies) with the child environment; a reader thread puts each of its output lines into
     sink as (tag, line), then (tag, None) when its output closes (tag None: line, then None)."""
     full_env = child_environment(env)

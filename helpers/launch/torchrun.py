@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 
 from helpers.launch.processes import (ERROR_TAIL_LINES, RANK_PREFIX_TEMPLATE, RunResult, last_lines,
                                free_port, lines_by_rank, run_streaming)
-from mnist_mlp.backend import check_worker_count, instance_type
+from mnist_mlp.common.backend import check_worker_count, instance_type
 
 DEFAULT_MASTER_PORT = 29500
 # Set-up chatter that says nothing about training: torchrun's OMP_NUM_THREADS banner (and its

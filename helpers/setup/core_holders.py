@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.launch.procfs import PROC_DIR, process_cmdline
-from mnist_mlp.platform_paths import dev_dir
+from mnist_mlp.common.platform_paths import dev_dir
 
 NEURON_DEVICE = re.compile(r"neuron\d+")
 # How a Jupyter kernel's command line looks (JupyterLab, Notebook, VS Code all start this module).

@@ -17,12 +17,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from mnist_mlp.backend import (INFERRED_WORKER_COUNTS, SUPPORTED_WORKER_COUNTS, Backend,
+from mnist_mlp.common.backend import (INFERRED_WORKER_COUNTS, SUPPORTED_WORKER_COUNTS, Backend,
                              instance_type, visible_neuron_cores)
 from helpers.setup.checklist import CheckResult
 from helpers.setup.core_holders import busy_core_messages_text, neuron_device_holders
 from helpers.setup.platform_checks import check_pins, check_platform, has_neuron_device
-from mnist_mlp.paths import repo_relative as shown_path
+from mnist_mlp.common.paths import repo_relative as shown_path
 
 PROC_DIR = Path("/proc")
 # Tools looked up by name: torch-neuronx runs `neuronx-cc` to compile each graph, the workbook
@@ -123,7 +123,7 @@ def check_neuron_cores_visible(visible: int | None = None, instance: str | None 
 
 
 def check_mnist(root: str | os.PathLike | None = None) -> CheckResult:
-    from mnist_mlp.download import mnist_file_problems, raw_dir
+    from mnist_mlp.common.download import mnist_file_problems, raw_dir
 
     item = "MNIST data"
     problems = mnist_file_problems(root)
@@ -131,7 +131,7 @@ def check_mnist(root: str | os.PathLike | None = None) -> CheckResult:
     if problems:
         listing = "; ".join(f"{name}: {problem}" for name, problem in problems.items())
         return CheckResult(item, False, f"in {where}: {listing}",
-                           "run `make data` (or `from mnist_mlp.download import ensure_mnist; "
+                           "run `make data` (or `from mnist_mlp.common.download import ensure_mnist; "
                            "ensure_mnist()`); set MNIST_DATA_DIR to use a copy elsewhere")
     return CheckResult(item, True, f"the four IDX files in {where}, md5s verified", "")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from helpers.setup.core_holders import CORE_RULE, DeviceHolder, holders_message, neuron_device_holders
 from helpers.launch.processes import KERNEL_ONLY, venv_bin_first
 from helpers.launch.procfs import PROC_DIR
-from mnist_mlp.backend import Backend, parse_core_list, select_backend, visible_neuron_cores
-from mnist_mlp.platform_paths import dev_dir
-from mnist_mlp.startup import freeze_startup_objects
+from mnist_mlp.common.backend import Backend, parse_core_list, select_backend, visible_neuron_cores
+from mnist_mlp.common.platform_paths import dev_dir
+from mnist_mlp.common.startup import freeze_startup_objects
 
 CORES_VARIABLE = "NEURON_RT_VISIBLE_CORES"
 
@@ -96,7 +96,7 @@ def setup(xla: bool = True, data: bool = True, neuron_cores: str | None = "0") -
     # kernel started outside `make lab` may not have the venv's bin/ on PATH.
     os.environ["PATH"] = venv_bin_first(os.environ.get("PATH"))
     backend = select_backend(xla=xla)  # decides only: nothing has touched a device yet
-    freeze_startup_objects()  # torch has loaded, torch_xla (on the stand-in) not yet: mnist_mlp/startup.py
+    freeze_startup_objects()  # torch has loaded, torch_xla (on the stand-in) not yet: mnist_mlp/common/startup.py
     if backend.name == "neuron":  # the stand-in and plain PyTorch take no NeuronCore to fight over
         # The cores this kernel will take: what its environment already names, else neuron_cores.
         refuse_other_holders(cores=os.environ.get(CORES_VARIABLE) or neuron_cores)
@@ -107,7 +107,7 @@ def setup(xla: bool = True, data: bool = True, neuron_cores: str | None = "0") -
     if backend.name == "neuron":  # elsewhere the summary line already says "no NeuronCore"
         print(cores_line)
     if data:
-        from mnist_mlp.download import ensure_mnist
+        from mnist_mlp.common.download import ensure_mnist
 
         ensure_mnist(progress=True)
     return backend

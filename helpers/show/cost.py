@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from mnist_mlp.data import TRAIN_IMAGES
+from mnist_mlp.common.data import TRAIN_IMAGES
 
 COST_DATA = Path(__file__).parents[1] / "data" / "trn1_costs.json"
 TUTORIAL_BATCH = 32  # the tutorial's and the scripts' batch size

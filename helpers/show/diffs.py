@@ -8,7 +8,7 @@ from pathlib import Path
 
 from IPython.display import HTML
 
-from mnist_mlp.paths import repo_relative
+from mnist_mlp.common.paths import repo_relative
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ import re
 from pathlib import Path
 
 from helpers.show.tables import text_table
-from mnist_mlp.data import TRAIN_IMAGES
-from mnist_mlp.paths import default_checkpoint_dir
-from mnist_mlp.precision import PRECISIONS
-from mnist_mlp.results import RESULTS_GLOB, RunResults, load_all
+from mnist_mlp.common.data import TRAIN_IMAGES
+from mnist_mlp.common.paths import default_checkpoint_dir
+from mnist_mlp.common.precision import PRECISIONS
+from mnist_mlp.common.results import RESULTS_GLOB, RunResults, load_all
 
 _TORCHRUN_STAGE = re.compile(r"torchrun_w(\d+)")
 # Which notebook (or script) writes each stage's results, for the "missing" notes.

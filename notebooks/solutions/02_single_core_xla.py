@@ -1,7 +1,7 @@
 """Notebook 02's exercises, solved (on the XLA device: a NeuronCore, or the CPU stand-in)."""
 import sys
 
-from mnist_mlp.backend import select_backend
+from mnist_mlp.common.backend import select_backend
 
 backend = select_backend()  # before torch_xla loads, as in every script
 import torch  # noqa: E402
@@ -9,7 +9,7 @@ import torch_xla  # noqa: E402
 
 from helpers.checks.exercises import check_graph_count, check_recompile_trigger  # noqa: E402
 from helpers.inside.lazy_metrics import CompileMetricsRecorder  # noqa: E402
-from mnist_mlp.data import make_loader  # noqa: E402
+from mnist_mlp.common.data import make_loader  # noqa: E402
 from mnist_mlp.model import MLP  # noqa: E402
 
 # The notebook's set-up: its model, its batches, its train_step.

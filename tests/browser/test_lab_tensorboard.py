@@ -13,7 +13,7 @@ from tests.browser.conftest import SCREENSHOTS
 from tests.browser.test_lab_notebooks import notebook_using, ran_clean
 from tests.browser.widget_clicks import code_cell, wait_for
 
-LOSS_TAG = "train/loss"  # mnist_mlp.observe.LOSS_TAG: what the scripts write
+LOSS_TAG = "train/loss"  # mnist_mlp.common.observe.LOSS_TAG: what the scripts write
 PORT_LINE = re.compile(r"TensorBoard on 127\.0\.0\.1:(\d+)")
 
 

@@ -2,7 +2,7 @@
 
 `build_instance(root)` lays out the instance under `root` and returns the environment that
 puts a process on it: WORKBOOK_PLATFORM_ROOT (the product's one seam,
-mnist_mlp/platform_paths.py), PYTHONPATH (this folder's `torch_neuronx`, with torch-neuronx's
+mnist_mlp/common/platform_paths.py), PYTHONPATH (this folder's `torch_neuronx`, with torch-neuronx's
 and neuronx-cc's pinned metadata) and PATH (the Neuron tools a notebook runs). Each rule names
 its row in docs/sources.md:
 

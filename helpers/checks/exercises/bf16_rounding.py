@@ -31,7 +31,7 @@ def repeated_small_adds(steps: int = 1000, k: int = 9, seed: int = 0) -> dict[st
     """1.0 plus 2**-k, `steps` times, kept in BF16: round to nearest vs stochastic rounding."""
     import torch
 
-    from mnist_mlp.precision import stochastic_round_to_bf16
+    from mnist_mlp.common.precision import stochastic_round_to_bf16
 
     generator = torch.Generator().manual_seed(seed)
     nearest = torch.tensor(1.0, dtype=torch.bfloat16)

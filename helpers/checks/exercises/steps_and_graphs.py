@@ -8,7 +8,7 @@ from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT, n
 
 def check_steps_per_epoch(predicted, batch_size: int, data_dir=None) -> Feedback:
     """01, exercise 1: training steps in one epoch at `batch_size`, measured on the real loader."""
-    from mnist_mlp.data import TRAIN_IMAGES, make_loader
+    from mnist_mlp.common.data import TRAIN_IMAGES, make_loader
 
     name = "Exercise 01.1 (steps per epoch)"
     loader = make_loader("fast", data_dir, train=True, batch_size=batch_size, seed=0)

@@ -8,13 +8,13 @@ import math
 import sys
 from pathlib import Path
 
-from mnist_mlp import atomic_files
-from mnist_mlp.errors import UsageError
-from mnist_mlp.mnist_files import MnistDataError, default_data_dir
-from mnist_mlp.observe import PROFILE_START_STEP
-from mnist_mlp.paths import default_checkpoint_dir
-from mnist_mlp.startup import freeze_startup_objects
-from mnist_mlp.tracking import TrainingDiverged
+from mnist_mlp.common import atomic_files
+from mnist_mlp.common.errors import UsageError
+from mnist_mlp.common.mnist_files import MnistDataError, default_data_dir
+from mnist_mlp.common.observe import PROFILE_START_STEP
+from mnist_mlp.common.paths import default_checkpoint_dir
+from mnist_mlp.common.startup import freeze_startup_objects
+from mnist_mlp.common.tracking import TrainingDiverged
 
 
 # Failures that end a script with their message (exit 1), not a traceback.
@@ -69,7 +69,7 @@ def parse_args(description: str, argv=None, *, device_loader: bool = False,
                        help="feed the device through MpDeviceLoader (background upload, "
                             "sync per batch) instead of calling torch_xla.sync() each step")
     if precision:
-        from mnist_mlp.precision import PRECISIONS
+        from mnist_mlp.common.precision import PRECISIONS
 
         p.add_argument("--precision", choices=PRECISIONS, default="bf16-sr",
                        help="fp32: as train.py; bf16: BF16 model, round-to-nearest updates; "

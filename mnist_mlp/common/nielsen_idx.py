@@ -2,7 +2,7 @@
 
 The pickle holds the same pixels as the IDX files, as float32 x/256, split 50k/10k/10k.
 A pickle can run any callable while it loads, so only numpy arrays are admitted; the caller
-checks the sha256 of the bytes before anything is unpickled (mnist_mlp.mnist_sources does).
+checks the sha256 of the bytes before anything is unpickled (mnist_mlp.common.mnist_sources does).
 """
 from __future__ import annotations
 

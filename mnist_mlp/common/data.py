@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from mnist_mlp.download import ensure_mnist
-from mnist_mlp.errors import UsageError
-from mnist_mlp.mnist_files import MnistDataError, raw_dir, resolve_data_dir
+from mnist_mlp.common.download import ensure_mnist
+from mnist_mlp.common.errors import UsageError
+from mnist_mlp.common.mnist_files import MnistDataError, raw_dir, resolve_data_dir
 
 
 # --------------------------------------------------------------------------- sharding
@@ -136,7 +136,7 @@ def _require_split(root: Path, train: bool) -> None:
             wrong.append(f"{name} is {'a directory' if path.is_dir() else 'not a regular file'}")
     if wrong:
         raise MnistDataError(
-            f"{', '.join(wrong)} in {raw}: run `make data` (python -m mnist_mlp.download) first"
+            f"{', '.join(wrong)} in {raw}: run `make data` (python -m mnist_mlp.common.download) first"
         )
 
 

@@ -1,6 +1,6 @@
 """Step counting for the training loops: --steps-this-run, throughput after warm-up, the loss
 history, progress lines, a stop with a clear error when the loss stops being finite, and what
---tensorboard and --profile record (mnist_mlp.observe)."""
+--tensorboard and --profile record (mnist_mlp.common.observe)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from mnist_mlp.observe import ProfileWindow, TensorBoardLog
+from mnist_mlp.common.observe import ProfileWindow, TensorBoardLog
 
 WARMUP_STEPS = 2  # steps left out of the throughput (the first ones compile on XLA), as in the sample
 LOSS_EVERY = 50  # keep (and check) the loss every this many steps

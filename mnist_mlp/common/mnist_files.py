@@ -2,7 +2,7 @@
 
 The four uncompressed IDX files go where torchvision's `MNIST(root)` reads them
 (`<root>/MNIST/raw/`). Nothing here reaches the network or writes a file: fetching them is
-mnist_mlp.mnist_sources, putting them in place is mnist_mlp.download.
+mnist_mlp.common.mnist_sources, putting them in place is mnist_mlp.common.download.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from mnist_mlp.paths import REPO_ROOT
+from mnist_mlp.common.paths import REPO_ROOT
 
 DATA_DIR_ENV = "MNIST_DATA_DIR"
 DATA_DIR_HINT = f"Pass --data-dir (or set {DATA_DIR_ENV}) to a writable directory, or fix this one."

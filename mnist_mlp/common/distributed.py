@@ -82,8 +82,8 @@ class DataParallel:
         """This rank's shard of the training set (whole batches, the same step count on every
         rank) and the test loader. Rank 0 alone downloads and verifies the data; the others
         wait for it."""
-        from mnist_mlp.data import mnist_loaders
-        from mnist_mlp.download import ensure_mnist
+        from mnist_mlp.common.data import mnist_loaders
+        from mnist_mlp.common.download import ensure_mnist
 
         if self.rank == 0:
             ensure_mnist(args.data_dir, progress=False)
@@ -119,7 +119,7 @@ def data_parallel_setup(backend, timeout_minutes: float = 5) -> DataParallel:
     """
     import torch_xla.runtime as xr
 
-    from mnist_mlp.backend import check_worker_count, instance_type
+    from mnist_mlp.common.backend import check_worker_count, instance_type
 
     if backend.name == "neuron":  # before the device opens: the runtime would fail less clearly
         check_worker_count(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), instance_type())

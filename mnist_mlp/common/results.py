@@ -10,10 +10,10 @@ from pathlib import Path
 
 import torch
 
-from mnist_mlp.atomic_files import atomic_save, atomic_write_json
-from mnist_mlp.evaluation import evaluate, report_accuracy
-from mnist_mlp.paths import default_checkpoint_dir
-from mnist_mlp.tracking import StepTracker, TrainingDiverged, print_training_result
+from mnist_mlp.common.atomic_files import atomic_save, atomic_write_json
+from mnist_mlp.common.evaluation import evaluate, report_accuracy
+from mnist_mlp.common.paths import default_checkpoint_dir
+from mnist_mlp.common.tracking import StepTracker, TrainingDiverged, print_training_result
 
 RESULTS_GLOB = "results_*.json"
 
@@ -101,7 +101,7 @@ def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_load
     On XLA it first prints the compile counters (`Graphs compiled: N (compile time X s)`, every
     rank) and records them; --device-loader and --precision go into the record when given."""
     if backend.uses_xla:
-        from mnist_mlp.xla_metrics import compile_stats
+        from mnist_mlp.common.xla_metrics import compile_stats
 
         graphs, seconds = compile_stats()
         print(f"Graphs compiled: {graphs} (compile time {seconds:.2f} s)")

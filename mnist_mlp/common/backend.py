@@ -14,9 +14,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mnist_mlp.platform_paths import dev_dir as platform_dev_dir
-from mnist_mlp.platform_paths import dmi_product_name as platform_dmi_product_name
-from mnist_mlp.platform_paths import neuron_sysfs as platform_neuron_sysfs
+from mnist_mlp.common.platform_paths import dev_dir as platform_dev_dir
+from mnist_mlp.common.platform_paths import dmi_product_name as platform_dmi_product_name
+from mnist_mlp.common.platform_paths import neuron_sysfs as platform_neuron_sysfs
 
 
 # Worker counts (logical NeuronCores used by one torchrun job) each instance type supports, from
@@ -115,7 +115,7 @@ def device_core_counts(sysfs: Path | None = None, dev_dir: Path | None = None) -
     """Physical NeuronCores of each Neuron device: the driver's per-device core_count.
 
     Without the sysfs tree (old driver) each /dev/neuronN device counts 2 cores, which is
-    right for trn1 and inf2. Defaults: this machine's (mnist_mlp.platform_paths).
+    right for trn1 and inf2. Defaults: this machine's (mnist_mlp.common.platform_paths).
     """
     sysfs = platform_neuron_sysfs() if sysfs is None else sysfs
     dev_dir = platform_dev_dir() if dev_dir is None else dev_dir

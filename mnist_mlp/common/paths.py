@@ -2,7 +2,7 @@
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def default_checkpoint_dir() -> Path:
