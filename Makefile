@@ -3,6 +3,7 @@
 #   make test       set up, then run every test: unit, end-to-end, every notebook executed once
 #                   (in JupyterLab in Chromium) and its outputs compared; 7-10 min on 2 cores
 #   make test-quick the unit tests only (no notebooks, browser, training or multi-process runs)
+#   make lint       ruff over the code, the tests and the notebooks (both test targets run it too)
 #   make bench      the loader / device-loop benchmark, ratios against the targets
 #   make mutants    mutation testing of the modules that decide (not part of make test): the
 #                   score per module, each to reach 90 % (docs/mutation-testing.md)
@@ -41,7 +42,7 @@ LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 PYTEST_ARGS ?=
 CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
 
-.PHONY: lab test test-quick bench mutants data notebooks venv clean-venv browser reset classroom-cache classroom-check classroom-import
+.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser reset classroom-cache classroom-check classroom-import
 
 venv: $(STAMP)
 
@@ -76,6 +77,10 @@ test: data browser
 
 test-quick: data
 	$(PY) -m pytest -m "not e2e" -n 2 -q --durations=5 $(PYTEST_ARGS) tests
+
+# ruff over the code, the tests and the notebooks (tests/test_lint.py runs it in both suites).
+lint: venv
+	$(PY) -m ruff check .
 
 bench: data
 	$(PY) benchmarks/bench.py

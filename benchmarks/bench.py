@@ -27,11 +27,11 @@ from mnist_mlp.common.backend import select_xla_backend
 from mnist_mlp.common.cli import one_line_errors
 from mnist_mlp.common.data import make_loader
 from mnist_mlp.common.download import ensure_mnist
-from mnist_mlp.model import MLP
 from mnist_mlp.common.paths import REPO_ROOT
 from mnist_mlp.common.precision import PRECISIONS
 from mnist_mlp.common.results import RunResults, results_path
 from mnist_mlp.common.tracking import StepTracker
+from mnist_mlp.model import MLP
 
 TARGET_FAST_VS_TORCHVISION = 3.5
 TARGET_FAST_VS_BARE = 0.90
@@ -102,7 +102,9 @@ def main(argv=None):
     # per-device queues at the first backward, and a device that appears later fails its own.
     backend = select_xla_backend()
     xla_device = backend.device
-    from mnist_mlp import train as xla_stage  # its train(); the script re-selects the same backend
+    from mnist_mlp import (
+        train as xla_stage,  # its train(); the script re-selects the same backend
+    )
 
     root = ensure_mnist(args.data_dir, progress=False)
 

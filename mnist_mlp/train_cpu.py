@@ -6,9 +6,9 @@ import torch
 from mnist_mlp.common import cli
 from mnist_mlp.common.backend import select_backend
 from mnist_mlp.common.data import mnist_loaders
-from mnist_mlp.model import MLP
 from mnist_mlp.common.results import finish_run
 from mnist_mlp.common.tracking import StepTracker
+from mnist_mlp.model import MLP
 
 
 def train(model, optimizer, loader, device, epochs, tracker):

@@ -12,9 +12,9 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from mnist_mlp.common import cli
 from mnist_mlp.common.backend import select_xla_backend
 from mnist_mlp.common.distributed import average_gradients, data_parallel_setup
-from mnist_mlp.model import MLP
 from mnist_mlp.common.results import finish_run
 from mnist_mlp.common.tracking import StepTracker
+from mnist_mlp.model import MLP
 
 # Decide the device before torch_xla loads: it reads PJRT_DEVICE when it starts its runtime.
 backend = select_xla_backend()

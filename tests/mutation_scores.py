@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     lines, all_pass = score_lines(results, args.bar)
     print("\n".join(lines))
     if args.survivors:
-        for source, statuses in results.items():
+        for _source, statuses in results.items():
             for name, status in statuses.items():
                 if status not in KILLED:
                     print(f"{status:12} {name}")

@@ -24,8 +24,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import nbformat
-from nbval.plugin import (IPyNbCell, bcolors, coalesce_streams, find_comment_markers,
-                          find_metadata_tags, get_sanitize_patterns, nocolors)
+from nbval.plugin import (
+    IPyNbCell,
+    bcolors,
+    coalesce_streams,
+    find_comment_markers,
+    find_metadata_tags,
+    get_sanitize_patterns,
+    nocolors,
+)
 
 BACKEND_KEY = "backend_output"  # cell metadata: why this cell's output depends on the backend
 MODES = ("stand-in", "neuron")

@@ -7,6 +7,7 @@ against the page's two tables. The package list comes from the page (tests/archi
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 import json
 import re
@@ -16,7 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.architecture_page import PRODUCT_ROOTS, STANDARD_LIBRARY, module_files, read_page
+from tests.architecture_page import (
+    PRODUCT_ROOTS,
+    STANDARD_LIBRARY,
+    module_files,
+    read_page,
+)
 from tests.paths import REPO_ROOT
 
 MAX_LINES = 300
@@ -47,6 +53,20 @@ def is_package(module: str) -> bool:
     return MODULES.get(module, Path()).name == "__init__.py"
 
 
+@functools.cache
+def lazy_export_map(package: str) -> dict[str, str]:
+    """name -> submodule for a package whose __init__ exports names lazily
+    (mnist_mlp.common.exports.lazy_exports(__name__, {submodule: [names]}))."""
+    if not is_package(package):
+        return {}
+    for node in ast.walk(parse(MODULES[package])):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_exports"
+                and len(node.args) == 2):
+            return {name: f"{package}.{sub}" for sub, names in ast.literal_eval(node.args[1]).items()
+                    for name in names}
+    return {}
+
+
 def imported_names(module: str, tree: ast.Module) -> list[tuple[str, int]]:
     """(absolute module name, line) for each import anywhere in the module: `from a import b`
     gives a.b when that is a module of ours, else a."""
@@ -62,7 +82,8 @@ def imported_names(module: str, tree: ast.Module) -> list[tuple[str, int]]:
                 base = node.module
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
-                found.append((sub if sub in MODULES else base, node.lineno))
+                lazy = lazy_export_map(base).get(alias.name) if base in MODULES else None
+                found.append((sub if sub in MODULES else lazy or base, node.lineno))
     return found
 
 

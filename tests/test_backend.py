@@ -7,8 +7,14 @@ import types
 
 import pytest
 
-from mnist_mlp.common.backend import (check_worker_count, device_core_counts, instance_type, logical_neuron_cores,
-                               parse_core_list, visible_neuron_cores)
+from mnist_mlp.common.backend import (
+    check_worker_count,
+    device_core_counts,
+    instance_type,
+    logical_neuron_cores,
+    parse_core_list,
+    visible_neuron_cores,
+)
 
 
 def make_sysfs(root, cores_per_device):

@@ -2,10 +2,17 @@
 import pytest
 import torch
 
+from mnist_mlp.common.precision import (
+    FP32MasterSGD,
+    StochasticRoundingSGD,
+    cast_inputs_to,
+    deprecated_bf16_env_error,
+    describe,
+    parameter_bytes,
+    stochastic_round_to_bf16,
+    with_auto_cast_none,
+)
 from mnist_mlp.model import MLP
-from mnist_mlp.common.precision import (FP32MasterSGD, StochasticRoundingSGD, cast_inputs_to,
-                                 deprecated_bf16_env_error, describe, parameter_bytes,
-                                 stochastic_round_to_bf16, with_auto_cast_none)
 from tests.xla_stand_in import stand_in_device
 
 DEVICE = stand_in_device()  # at collection: tests/xla_stand_in.py says why

@@ -9,12 +9,10 @@ import sys
 
 import pytest
 
-from mnist_mlp.common.paths import REPO_ROOT as REPO
-
 from helpers.cache.demo import DEMO_VERSION
 from helpers.cache.scan import scan_cache
+from mnist_mlp.common.paths import REPO_ROOT as REPO
 from tests.cache_trees import CUR_DIR, OLD, OLD_DIR
-
 
 
 def cli(*args, env=None, prefix=(), timeout=60):

@@ -9,14 +9,26 @@ import time
 import pytest
 
 from helpers.cache.demo import neff_bytes
-from helpers.cache.location import (CompileCacheError, filesystem_type,
-                                    installed_compiler_version, same_compiler_version)
-from helpers.cache.plans import (Plan, PlanItem, compiler_processes, lock_is_stale,
-                                 plan_clear_stale_locks, plan_prune, plan_remove_failed,
-                                 plan_remove_other_versions)
+from helpers.cache.location import (
+    CompileCacheError,
+    filesystem_type,
+    installed_compiler_version,
+    same_compiler_version,
+)
+from helpers.cache.plans import (
+    Plan,
+    PlanItem,
+    compiler_processes,
+    lock_is_stale,
+    plan_clear_stale_locks,
+    plan_prune,
+    plan_remove_failed,
+    plan_remove_other_versions,
+)
 from helpers.cache.removal import apply_plan, check_inside
 from helpers.cache.scan import scan_cache
 from tests.cache_trees import CUR_DIR, CURRENT, LEGACY_DIR, LINKED, OLD, OLD_DIR
+
 
 @pytest.fixture
 def fake_compiler():

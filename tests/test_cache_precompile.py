@@ -11,9 +11,8 @@ import sys
 
 import pytest
 
-from mnist_mlp.common.paths import REPO_ROOT as REPO
-
 from helpers.cache import precompile
+from mnist_mlp.common.paths import REPO_ROOT as REPO
 
 ARGS = ["--epochs", "2", "--batch-size", "64", "--lr", "0.05", "--seed", "1", "--loader", "fast",
         "--data-dir", "/data/mnist", "--checkpoint-dir", "/tmp/ckpt"]
@@ -221,7 +220,7 @@ def test_a_trn1_2xlarge_precompiles_with_the_retry_the_docs_advise(tmp_path, mon
     monkeypatch.delenv(precompile.RETRIES_VARIABLE, raising=False)
     seen = {}
     for instance in ("trn1.2xlarge", "trn1.32xlarge"):
-        monkeypatch.setattr(precompile, "instance_type", lambda: instance)
+        monkeypatch.setattr(precompile, "instance_type", lambda instance=instance: instance)
         lines = []
         precompile.precompile(probe, [precompile.RETRIES_VARIABLE], backend="xla-cpu",
                               cwd=tmp_path, timeout=60, on_line=lines.append)

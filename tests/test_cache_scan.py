@@ -11,16 +11,37 @@ import pytest
 
 from helpers.cache.demo import DEMO_BIG_NEFF, DEMO_FLAGS, build_demo_cache, neff_bytes
 from helpers.cache.entry import LOG_TAIL_LINES, NEFF_HEADER, neff_kind
-from helpers.cache.location import (DEFAULT_ROOT, CacheLocation, CompileCacheError,
-                                    RemoteCacheError, locate_cache)
 from helpers.cache.flags import FlagsError
-from helpers.cache.plans import (UNKNOWN_KEPT, plan_clear_stale_locks, plan_prune,
-                                 plan_remove_failed, plan_remove_other_versions)
+from helpers.cache.location import (
+    DEFAULT_ROOT,
+    CacheLocation,
+    CompileCacheError,
+    RemoteCacheError,
+    locate_cache,
+)
+from helpers.cache.plans import (
+    UNKNOWN_KEPT,
+    plan_clear_stale_locks,
+    plan_prune,
+    plan_remove_failed,
+    plan_remove_other_versions,
+)
 from helpers.cache.render import render_entry
 from helpers.cache.scan import scan_cache
 from helpers.cache.units import human_bytes, parse_size, short_time
-from tests.cache_trees import (ALL_STATES, CUR_DIR, CURRENT, DAY, ENTRIES, LEGACY, LEGACY_DIR,
-                               LINKED, OLD, OLD_DIR, STATE_OF)
+from tests.cache_trees import (
+    ALL_STATES,
+    CUR_DIR,
+    CURRENT,
+    DAY,
+    ENTRIES,
+    LEGACY,
+    LEGACY_DIR,
+    LINKED,
+    OLD,
+    OLD_DIR,
+    STATE_OF,
+)
 
 
 def test_states_of_every_entry(tree):
@@ -202,7 +223,7 @@ def test_locate_cache_order():
     s3 = locate_cache({"NEURON_CC_FLAGS": "--cache_dir=s3://bucket/neuron"})
     assert s3.remote
     with pytest.raises(RemoteCacheError, match="remote cache"):
-        s3.path
+        _ = s3.path
     assert locate_cache({"NEURON_COMPILE_CACHE_URL": "file:///x/y"}).path == Path("/x/y")
 
 

@@ -5,11 +5,12 @@ import shutil
 
 import ipywidgets as W
 
-from helpers.cache.scan import scan_cache
 from helpers.cache.cache_browser import CacheBrowser
 from helpers.cache.flags_editor import FlagsEditor
+from helpers.cache.scan import scan_cache
 from helpers.cache.widget_parts import ALL, UNSET, row_label
 from tests.cache_trees import CUR_DIR, CURRENT, OLD, OLD_DIR
+
 
 def test_header_table_and_filters(tree):
     b = CacheBrowser(tree.root)
@@ -38,7 +39,7 @@ def test_detail_pane_shows_flags_sizes_and_log_tail(tree):
 
 def test_remove_failed_shows_plan_then_confirm_removes(tree):
     b = CacheBrowser(tree.root)
-    failed = [tree.path(l) for l in ("failed", "failed_with_link", "old_failed")]
+    failed = [tree.path(key) for key in ("failed", "failed_with_link", "old_failed")]
     b.failed_button.click()
     assert "Plan: remove failed entries" in b.plan_view.value
     assert tree.key("failed") in b.plan_view.value

@@ -11,11 +11,9 @@ import sys
 
 import pytest
 
-from mnist_mlp.common.paths import REPO_ROOT as REPO
-
 from helpers.cache.scan import scan_cache
+from mnist_mlp.common.paths import REPO_ROOT as REPO
 from tests.built_once import built_once
-
 
 # One Python process imports torch and torch_xla (the slow part, 5 s of CPU and more), then
 # forks a child for each run: two processes, each with an XLA runtime of its own started on the
@@ -74,7 +72,7 @@ print(json.dumps(codes))
 def finish(out, name, code):
     stdout, stderr = ((out / f"{name}.{stream}").read_text() for stream in ("stdout", "stderr"))
     assert code == 0, stderr[-3000:]
-    line = next(l for l in stdout.splitlines() if l.startswith("JSON "))
+    line = next(x for x in stdout.splitlines() if x.startswith("JSON "))
     return json.loads(line[5:]), subprocess.CompletedProcess(name, 0, stdout, stderr)
 
 

@@ -1,7 +1,5 @@
 """make reset and the classroom cache: real git repositories, real script runs, real archives."""
-import json
 import os
-import re
 import subprocess
 import sys
 

@@ -8,11 +8,16 @@ import sys
 import nbformat
 import pytest
 
-from helpers.classroom.notebook_pass import build_classroom_cache, check_pass, graph_pass, record_notebooks
 from helpers.classroom.graph_log import GraphDumps, hlo_dump_env, read_fingerprints
 from helpers.classroom.graph_record import describe_uncovered, read_record, uncovered
-from helpers.launch.processes import run_streaming
+from helpers.classroom.notebook_pass import (
+    build_classroom_cache,
+    check_pass,
+    graph_pass,
+    record_notebooks,
+)
 from helpers.inside.lazy_metrics import graph_hashes
+from helpers.launch.processes import run_streaming
 from tests.browser.conftest import kernel_env
 
 pytestmark = pytest.mark.e2e  # kernels and processes that start torch_xla

@@ -5,8 +5,16 @@ import math
 
 import pytest
 
-from helpers.show.cost import (COST_DATA, cost_rows, epoch_seconds, format_cost_rows, load_cost_data,
-                          price, stand_in_epoch_times, steps_per_epoch)
+from helpers.show.cost import (
+    COST_DATA,
+    cost_rows,
+    epoch_seconds,
+    format_cost_rows,
+    load_cost_data,
+    price,
+    stand_in_epoch_times,
+    steps_per_epoch,
+)
 from mnist_mlp.common.results import RunResults
 
 

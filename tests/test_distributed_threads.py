@@ -9,8 +9,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mnist_mlp.common.distributed import (REPLICA_TOLERANCE, average_gradients, check_replicas_equal,
-                                   data_parallel_setup, gather_objects, parameter_checksum)
+from mnist_mlp.common.distributed import (
+    REPLICA_TOLERANCE,
+    average_gradients,
+    check_replicas_equal,
+    data_parallel_setup,
+    gather_objects,
+    parameter_checksum,
+)
 from mnist_mlp.model import MLP
 
 

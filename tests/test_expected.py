@@ -8,10 +8,17 @@ import re
 import nbformat
 import pytest
 
-from helpers.checks.expected import BACKENDS, DOCS, Expected, Fact, add_quantity, expected
-from mnist_mlp.common.precision import PRECISIONS
+from helpers.checks.expected import (
+    BACKENDS,
+    DOCS,
+    Expected,
+    Fact,
+    add_quantity,
+    expected,
+)
 from mnist_mlp.common.backend import Backend
 from mnist_mlp.common.paths import REPO_ROOT
+from mnist_mlp.common.precision import PRECISIONS
 from tests.xla_stand_in import stand_in_device
 
 DEVICE = stand_in_device()  # at collection: tests/xla_stand_in.py says why

@@ -4,9 +4,21 @@ import json
 
 import pytest
 
-from helpers.classroom.graph_log import GraphDumps, hlo_dump_env, hlo_fingerprint, read_fingerprints
-from helpers.classroom.graph_record import (RECORD, GraphRecord, describe_uncovered, kernel_backend,
-                                  read_record, uncovered, write_record)
+from helpers.classroom.graph_log import (
+    GraphDumps,
+    hlo_dump_env,
+    hlo_fingerprint,
+    read_fingerprints,
+)
+from helpers.classroom.graph_record import (
+    RECORD,
+    GraphRecord,
+    describe_uncovered,
+    kernel_backend,
+    read_record,
+    uncovered,
+    write_record,
+)
 
 # A module as XLA dumps it (`module_0001.SyncTensorsGraph.19.before_optimizations.txt`).
 MODULE = """HloModule SyncTensorsGraph.19, entry_computation_layout={()->(f32[])}

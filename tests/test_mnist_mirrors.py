@@ -10,17 +10,17 @@ runs in this process (pip, its child, inherits the environment); Ctrl-C and dead
 on real processes.
 """
 import functools
-import signal
-import socket
-import time
 import gzip
 import hashlib
 import http.server
 import os
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest

@@ -6,18 +6,24 @@ from pathlib import Path
 
 import pytest
 
-from mnist_mlp.common.backend import Backend
-from helpers.setup.checklist import FAIL_COLOUR, OK_COLOUR, Checklist
-from mnist_mlp.common.mnist_files import IDX_MD5, default_data_dir
-from helpers.setup.checklist import CheckResult
+from helpers.setup.checklist import FAIL_COLOUR, OK_COLOUR, Checklist, CheckResult
 from helpers.setup.core_holders import DeviceHolder, neuron_device_holders
-from helpers.setup.environment_checks import (FREE_CORES_FIX, check_backend, check_compile_cache,
-                                              check_mnist, check_neuron_cores_free,
-                                              check_neuron_cores_visible, check_neuron_tools,
-                                              check_tools_on_path, check_torchrun)
+from helpers.setup.environment_checks import (
+    FREE_CORES_FIX,
+    check_backend,
+    check_compile_cache,
+    check_mnist,
+    check_neuron_cores_free,
+    check_neuron_cores_visible,
+    check_neuron_tools,
+    check_tools_on_path,
+    check_torchrun,
+)
 from helpers.setup.platform_checks import check_pins, check_platform, read_os_release
-from mnist_mlp.common.paths import repo_relative as shown_path
+from mnist_mlp.common.backend import Backend
+from mnist_mlp.common.mnist_files import IDX_MD5, default_data_dir
 from mnist_mlp.common.paths import REPO_ROOT
+from mnist_mlp.common.paths import repo_relative as shown_path
 from tests.proc_trees import KERNEL_CMDLINE, fake_process
 
 

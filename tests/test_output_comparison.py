@@ -8,10 +8,16 @@ import copy
 import nbformat
 import pytest
 
-from tests.paths import REPO_ROOT
 from tests.machine_values import find_varying, fixed_text
-from tests.notebook_outputs import (OutputMismatch, code_cells, compare_cell, outputs_mode,
-                                    read_notebook, read_sanitizer)
+from tests.notebook_outputs import (
+    OutputMismatch,
+    code_cells,
+    compare_cell,
+    outputs_mode,
+    read_notebook,
+    read_sanitizer,
+)
+from tests.paths import REPO_ROOT
 
 SANITIZER = read_sanitizer(REPO_ROOT / "tests" / "nbval_sanitize.cfg")
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -1,14 +1,19 @@
 """The launcher against real processes: tiny worker scripts written here, a real torchrun (2 ranks)."""
 import subprocess
 import sys
-import time
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from helpers.launch.processes import CommandFailed, CommandTimedOut, lines_by_rank, run_streaming
+from helpers.launch.processes import (
+    CommandFailed,
+    CommandTimedOut,
+    lines_by_rank,
+    run_streaming,
+)
 from helpers.launch.torchrun import run_torchrun, torchrun_argv, torchrun_command_line
 from tests.paths import REPO_ROOT
 

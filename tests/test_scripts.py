@@ -18,6 +18,7 @@ import torch
 
 from tests.paths import REPO_ROOT
 from tests.script_runs import LONG_STEPS, TORCHRUN_LONG_STEPS, torchrun_argv
+
 # train.py's and train_bf16.py's main() run in this process up to a refusal: on the shared
 # stand-in device, started at collection (tests/xla_stand_in.py says why).
 from tests.xla_stand_in import stand_in_device

@@ -11,9 +11,9 @@ import torch
 from mnist_mlp.common.backend import select_backend
 from mnist_mlp.common.cli import UsageError
 from mnist_mlp.common.data import check_equal_steps, steps_per_rank
-from mnist_mlp.model import MLP
 from mnist_mlp.common.results import RunResults, finish_run, load_all
 from mnist_mlp.common.tracking import StepTracker, TrainingDiverged
+from mnist_mlp.model import MLP
 
 
 class SteppedClock:
@@ -93,7 +93,7 @@ def test_final_loss_refuses_a_non_finite_last_step():
     tracker.step(torch.tensor(0.5))
     tracker.step(torch.tensor(math.nan))
     with pytest.raises(TrainingDiverged):
-        tracker.final_loss
+        _ = tracker.final_loss
 
 
 def test_tensorboard_log_gets_the_loss_reads_and_every_step(tmp_path):

@@ -7,8 +7,6 @@ import pytest
 from tests.paths import REPO_ROOT
 from tests.trn1_double import build_instance, journal
 
-
-
 HOLD = ("from mnist_mlp.common.backend import select_backend\n"
         "b = select_backend(); d = b.device; import sys, time\n"
         "print(b.name, flush=True); sys.stdin.read()")

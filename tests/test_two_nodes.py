@@ -8,8 +8,8 @@ import time
 import pytest
 import torch
 
-from helpers.launch.processes import CommandFailed
 from helpers.launch.nodes import missing_node_message, run_nodes, side_by_side
+from helpers.launch.processes import CommandFailed
 from helpers.launch.torchrun import torchrun_argv
 from tests.paths import REPO_ROOT
 from tests.script_runs import TRIAL_STEPS

@@ -12,9 +12,17 @@ import time
 import psutil
 import pytest
 
-from helpers.inside.utilization import (NEURON_MONITOR_DOCS, STAND_IN_SOURCE, NeuronMonitorSource,
-                                 ReportError, UtilizationMonitor, WorkerProcessSource,
-                                 neuron_monitor_config, parse_neuron_monitor_report, source_for)
+from helpers.inside.utilization import (
+    NEURON_MONITOR_DOCS,
+    STAND_IN_SOURCE,
+    NeuronMonitorSource,
+    ReportError,
+    UtilizationMonitor,
+    WorkerProcessSource,
+    neuron_monitor_config,
+    parse_neuron_monitor_report,
+    source_for,
+)
 from tests.paths import REPO_ROOT
 
 

@@ -8,9 +8,18 @@ import sys
 import pytest
 
 import helpers.setup.notebook_kernel as workbook
-from helpers.setup.core_holders import BUSY_CORE_MESSAGES, CORE_RULE, neuron_device_holders
-from helpers.setup.notebook_kernel import (NeuronCoresHeld, refuse_other_holders, remaining_cores, setup,
-                              take_neuron_cores)
+from helpers.setup.core_holders import (
+    BUSY_CORE_MESSAGES,
+    CORE_RULE,
+    neuron_device_holders,
+)
+from helpers.setup.notebook_kernel import (
+    NeuronCoresHeld,
+    refuse_other_holders,
+    remaining_cores,
+    setup,
+    take_neuron_cores,
+)
 from mnist_mlp.common.backend import Backend
 from tests.neuron_trees import TRN1_32XLARGE, on_neuron_host
 from tests.proc_trees import KERNEL_CMDLINE, fake_process
@@ -163,7 +172,6 @@ def test_setup_for_a_torchrun_notebook_leaves_every_core_to_the_workers(neuron_s
 def test_setup_counts_the_cores_of_the_machine_it_runs_on(machine, monkeypatch, tmp_path, capsys):
     """On a trn1.32xlarge (16 devices of 2 cores) a kernel that takes cores 0-7 sees those 8,
     and its torchrun workers get the 24 it left."""
-    from helpers.launch import processes
 
     on_neuron_host(monkeypatch, tmp_path / "trn1.32xlarge", *TRN1_32XLARGE)
     monkeypatch.setattr(workbook, "PROC_DIR", machine[0])

@@ -30,8 +30,14 @@ from deploy.template import embedded_user_data, load
 from helpers.cache.archive import export_cache
 from helpers.cache.demo import build_demo_cache
 from helpers.cache.scan import scan_cache
-from tests.workshop_machine import (NEURON_PACKAGES, recorded_calls, stop_units, write_commands,
-                                    write_dlami, write_repository)
+from tests.workshop_machine import (
+    NEURON_PACKAGES,
+    recorded_calls,
+    stop_units,
+    write_commands,
+    write_dlami,
+    write_repository,
+)
 
 STACK, REGION, SEAT, BRANCH = "teststack", "us-east-1", "01", "workshop-test"
 TOKEN_PARAMETER = f"/{STACK}/lab{SEAT}/jupyter-token"

@@ -12,3 +12,16 @@ CacheBrowser and FlagsEditor, and what they share).
 
 Imports: mnist_mlp, helpers.launch and helpers.show.
 """
+
+from mnist_mlp.common.exports import lazy_exports  # noqa: E402
+
+# What the notebooks import from this package, each loaded from its module when first asked for.
+__getattr__, __all__ = lazy_exports(__name__, {
+    'location': ['fresh_cache', 'locate_cache'],
+    'precompile': ['cache_diff'],
+    'scan': ['scan_cache'],
+    'render': ['render_scan', 'render_entry'],
+    'cache_browser': ['CacheBrowser'],
+    'demo': ['DEMO_ENTRIES', 'DEMO_VERSION', 'build_demo_cache'],
+    'flags_editor': ['FlagsEditor'],
+})

@@ -11,8 +11,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from helpers.cache.archive import (FREE_SPACE_MARGIN, MANIFEST_FORMAT, MANIFEST_NAME, READ_ERRORS,
-                                   UnsafeArchiveError, progress_bar)
+from helpers.cache.archive import (
+    FREE_SPACE_MARGIN,
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    READ_ERRORS,
+    UnsafeArchiveError,
+    progress_bar,
+)
 from helpers.cache.entry import XLA_CACHE_FILE, Entry, scan_entry
 from helpers.cache.location import CompileCacheError, local_path, open_root
 from helpers.cache.plans import compiler_processes, lock_is_stale

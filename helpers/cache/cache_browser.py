@@ -10,13 +10,29 @@ import re
 import ipywidgets as W
 
 from helpers.cache import plans, removal
-from helpers.cache.location import (CompileCacheError, installed_compiler_version,
-                                    same_compiler_version, version_order)
+from helpers.cache.location import (
+    CompileCacheError,
+    installed_compiler_version,
+    same_compiler_version,
+    version_order,
+)
 from helpers.cache.render import render_entry
 from helpers.cache.scan import LOCK_STALE_AFTER_S, STATES, CacheScan, scan_cache
 from helpers.cache.units import human_bytes, parse_size
-from helpers.cache.widget_parts import (ALL, ERROR, FULL, LABEL, NOTE, STYLE, button, coloured,
-                                        pre_html, row_label, row_layout, with_text)
+from helpers.cache.widget_parts import (
+    ALL,
+    ERROR,
+    FULL,
+    LABEL,
+    NOTE,
+    STYLE,
+    button,
+    coloured,
+    pre_html,
+    row_label,
+    row_layout,
+    with_text,
+)
 
 
 class CacheBrowser:

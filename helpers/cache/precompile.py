@@ -211,13 +211,15 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
                backend=None, run_real: bool = True, checkpoint_dir: str | os.PathLike | None = None,
                env: dict | None = None, cwd: str | os.PathLike | None = None,
                timeout: float = 3600, wrapper: str = WRAPPER,
-               on_line: Callable[[str], object] = print) -> PrecompileReport:
+               on_line: Callable[[str], object] = print,
+               script_lines: Callable[[str], object] | None = None) -> PrecompileReport:
     """Precompile on Neuron and train; on the stand-in, explain and run the trial only.
 
     backend: a mnist_mlp.common.backend.Backend, or its name ("neuron", "xla-cpu", "cpu"); None calls
     select_backend(). checkpoint_dir: where the script writes results_<stage>.json (defaults
     to the --checkpoint-dir in script_args, if any). env: variables added for the commands
     (e.g. NEURON_CC_FLAGS, NEURON_COMPILE_CACHE_URL); the cache scanned is the one they select.
+    script_lines: where the commands' own output lines go (default on_line, with the report).
     """
     if backend is None:
         from mnist_mlp.common.backend import select_backend
@@ -242,7 +244,8 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
 
     def run(argv):
         started = time.time()
-        result = run_streaming(argv, timeout=timeout, env=run_env, cwd=cwd, on_line=on_line)
+        result = run_streaming(argv, timeout=timeout, env=run_env, cwd=cwd,
+                               on_line=script_lines or on_line)
         written = results_written_since(Path(cwd or ".") / checkpoint_dir, started) \
             if checkpoint_dir else {}
         return result.lines, written

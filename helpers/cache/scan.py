@@ -11,10 +11,22 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from helpers.cache.entry import (LEGACY_MODULE_DIR, LEGACY_VERSION_DIR, MODULE_DIR, STATES,
-                                 VERSION_DIR, XLA_CACHE_FILE, Entry, scan_entry)
-from helpers.cache.location import (PROC_MOUNTS, CompileCacheError, on_network_filesystem,
-                                    open_root)
+from helpers.cache.entry import (
+    LEGACY_MODULE_DIR,
+    LEGACY_VERSION_DIR,
+    MODULE_DIR,
+    STATES,
+    VERSION_DIR,
+    XLA_CACHE_FILE,
+    Entry,
+    scan_entry,
+)
+from helpers.cache.location import (
+    PROC_MOUNTS,
+    CompileCacheError,
+    on_network_filesystem,
+    open_root,
+)
 from helpers.cache.units import SizeTotals, human_bytes, iso_time
 
 LOCK_STALE_AFTER_S = 30 * 60

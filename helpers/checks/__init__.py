@@ -84,3 +84,14 @@ def check(label: str, value=True, op: str | None = None, expected=None, *,
         print(f"✓ {label} {shown}")
         return
     raise CheckFailed(f"✗ {label} {failed}" + (f". {hint}" if hint else ""))
+
+
+from helpers.checks.expected import expected  # noqa: E402  (the function, not its module)
+
+__all__ = ["check", "expected", "CheckFailed"]
+from mnist_mlp.common.exports import lazy_exports  # noqa: E402
+
+# What the notebooks import from this package besides check(), each loaded when first asked for.
+__getattr__, _LAZY = lazy_exports(__name__, {
+    "exercises": ['check_bf16_smallest_update', 'check_cache_dir_flag', 'check_cache_key', 'check_compile_counters', 'check_core_wins_from', 'check_distributed_sampler', 'check_graph_count', 'check_logged_scalars', 'check_memorised_one_batch', 'check_recompile_trigger', 'check_repeated_small_adds', 'check_step_flops', 'check_steps_per_epoch', 'check_torchrun_standalone'],
+})

@@ -16,8 +16,14 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from helpers.classroom.notebook_pass import (build_classroom_cache, check_cache, check_pass, done_entries,
-                                             graph_pass, record_notebooks)
+from helpers.classroom.notebook_pass import (
+    build_classroom_cache,
+    check_cache,
+    check_pass,
+    done_entries,
+    graph_pass,
+    record_notebooks,
+)
 from helpers.classroom.reset import reset
 from mnist_mlp.common.paths import REPO_ROOT
 

@@ -15,7 +15,6 @@ from typing import Callable
 from helpers.show.tables import text_table
 from mnist_mlp.common.paths import REPO_ROOT
 
-
 SOLUTIONS = "notebooks/solutions"
 
 
@@ -146,7 +145,12 @@ def record_notebooks(repo: Path = REPO_ROOT, *, notebooks: list[Path] | None = N
                      on_line: Callable[[str], object] = print) -> int:
     """`make notebooks`: re-execute the notebooks in place, in order, then the exercise
     solutions, and write the graphs they compiled into the committed record."""
-    from helpers.classroom.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
+    from helpers.classroom.graph_record import (
+        GraphRecord,
+        installed_torch_xla,
+        kernel_backend,
+        write_record,
+    )
 
     record = record or repo / "notebooks" / "classroom_graphs.json"
     backend = kernel_backend()
@@ -183,7 +187,12 @@ def build_classroom_cache(archive: Path, *, repo: Path = REPO_ROOT, backend: str
     """
     from helpers.cache import flags
     from helpers.cache.command_line import main as cache_cli
-    from helpers.classroom.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
+    from helpers.classroom.graph_record import (
+        GraphRecord,
+        installed_torch_xla,
+        kernel_backend,
+        write_record,
+    )
 
     backend = backend or kernel_backend()
     on_neuron = backend == "neuron"

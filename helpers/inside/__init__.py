@@ -7,3 +7,13 @@ NeuronCore measurements), core_model (its model of a NeuronCore step from cited 
 
 Imports: mnist_mlp, helpers.launch and helpers.show.
 """
+
+from mnist_mlp.common.exports import lazy_exports  # noqa: E402
+
+# What the notebooks import from this package, each loaded from its module when first asked for.
+__getattr__, __all__ = lazy_exports(__name__, {
+    'lazy_metrics': ['CompileMetricsRecorder', 'compiled_steps', 'describe', 'hlo_ops', 'hlo_text', 'ir_text', 'plot_compile_metrics', 'graph_hashes'],
+    'tensorboard': ['scratch_directory', 'TensorBoard', 'step_names'],
+    'utilization': ['UtilizationMonitor'],
+    'step_time': ['StepTimeRecorder', 'plot_step_breakdown'],
+})

@@ -13,9 +13,23 @@ import time
 import torch
 
 from helpers.inside.core_model import (  # noqa: F401  (notebook 07 and the tests import them here)
-    CHIP_TFLOPS, CLASSES, CORES_PER_CHIP, INPUT, TUTORIAL_WIDTHS, NeuronCoreModel, chip_rows,
-    describe_terms, figure_rows, layer_sizes, matmul_flops, model_from_tutorial, model_terms,
-    parameter_count, published_throughputs, two_worker_prediction)
+    CHIP_TFLOPS,
+    CLASSES,
+    CORES_PER_CHIP,
+    INPUT,
+    TUTORIAL_WIDTHS,
+    NeuronCoreModel,
+    chip_rows,
+    describe_terms,
+    figure_rows,
+    layer_sizes,
+    matmul_flops,
+    model_from_tutorial,
+    model_terms,
+    parameter_count,
+    published_throughputs,
+    two_worker_prediction,
+)
 from helpers.show.cost import TUTORIAL_BATCH
 from mnist_mlp.model import MLP
 

@@ -7,3 +7,12 @@ process group with it, even when the kernel is killed), torchrun (torchrun on to
 
 Imports: mnist_mlp.
 """
+
+from mnist_mlp.common.exports import lazy_exports  # noqa: E402
+
+# What the notebooks import from this package, each loaded from its module when first asked for.
+__getattr__, __all__ = lazy_exports(__name__, {
+    'processes': ['run_streaming', 'CommandFailed', 'summary_only', 'without_reload_errors'],
+    'torchrun': ['run_torchrun', 'torchrun_command_line'],
+    'nodes': ['run_nodes'],
+})

@@ -7,7 +7,7 @@ import re
 from typing import Callable, Mapping, Sequence
 
 from helpers.launch.processes import RANK_PREFIX_TEMPLATE, RunResult, free_port
-from helpers.launch.torchrun import SETUP_NOISE, torchrun_failure_summary, torchrun_argv
+from helpers.launch.torchrun import SETUP_NOISE, torchrun_argv, torchrun_failure_summary
 
 # torchrun's static rendezvous: node 0 hosts a TCP store at master_addr:master_port and waits
 # for the others; every other node connects to it. What each says when the other never comes:
@@ -106,7 +106,12 @@ def run_nodes(script: str | os.PathLike, script_args: Sequence[str] = (), *,
     import shlex
     import time
 
-    from helpers.launch.processes import CommandFailed, CommandTimedOut, start_streamed, stop_process_tree
+    from helpers.launch.processes import (
+        CommandFailed,
+        CommandTimedOut,
+        start_streamed,
+        stop_process_tree,
+    )
 
     if timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
@@ -172,7 +177,7 @@ def run_nodes(script: str | os.PathLike, script_args: Sequence[str] = (), *,
                            f"(every process of each)")
                 on_line(message)
                 raise CommandTimedOut(message, cmd=argvs[min(argvs)], returncode=None,
-                                      lines=[l for r in argvs for l in lines[r]],
+                                      lines=[line for r in argvs for line in lines[r]],
                                       summary=message)
             try:
                 rank, line = sink.get(timeout=min(remaining, 0.5))

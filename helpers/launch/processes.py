@@ -163,6 +163,27 @@ def stop_process_tree(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> 
     return [m.pid for m in family]
 
 
+# A run's summary: what a later run in the same notebook shows instead of its whole log (the
+# first run shows it all). The compiler wrapper's lines stay: on a trn1 they are the lesson
+# ("Using a cached neff"). torch-xla's CPU client's reload complaints ("Deserializing serialized
+# executable not supported", the stand-in's cache) are counted by notebook 03, not shown.
+SUMMARY_LINE = re.compile(r"^Backend:|Graphs compiled|Train throughput|Test accuracy|NCC_WRAPPER|"
+                          r"Total (?:graphs|successful|failed)|Error|error:")
+STAND_IN_RELOAD = re.compile(r"[Dd]eserializ")
+
+
+def summary_only(line: str) -> None:
+    """An on_line for run_streaming that prints only a run's summary lines."""
+    if SUMMARY_LINE.search(line) and not STAND_IN_RELOAD.search(line):
+        print(line)
+
+
+def without_reload_errors(line: str) -> None:
+    """An on_line that prints the whole log but the stand-in's cache-reload complaints."""
+    if not STAND_IN_RELOAD.search(line):
+        print(line)
+
+
 def run_streaming(cmd: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
                   cwd: str | os.PathLike | None = None,
                   on_line: Callable[[str], object] = print, check: bool = True,

@@ -12,8 +12,15 @@ import shlex
 import sys
 from typing import Callable, Mapping, Sequence
 
-from helpers.launch.processes import (ERROR_TAIL_LINES, RANK_PREFIX_TEMPLATE, RunResult, last_lines,
-                               free_port, lines_by_rank, run_streaming)
+from helpers.launch.processes import (
+    ERROR_TAIL_LINES,
+    RANK_PREFIX_TEMPLATE,
+    RunResult,
+    free_port,
+    last_lines,
+    lines_by_rank,
+    run_streaming,
+)
 from mnist_mlp.common.backend import check_worker_count, instance_type
 
 DEFAULT_MASTER_PORT = 29500

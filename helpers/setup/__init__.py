@@ -11,10 +11,13 @@ Imports: mnist_mlp, helpers.cache and helpers.launch.
 `python3 -m helpers.setup.venv_plan` runs before torch is installed.
 """
 
+from mnist_mlp.common.exports import lazy_exports  # noqa: E402
 
-def __getattr__(name):
-    if name in ("setup", "take_neuron_cores"):
-        from helpers.setup import notebook_kernel
-
-        return getattr(notebook_kernel, name)
-    raise AttributeError(f"module 'helpers.setup' has no attribute {name!r}")
+# What the notebooks import from this package, each loaded from its module when first asked for.
+__getattr__, __all__ = lazy_exports(__name__, {
+    'notebook_kernel': ['setup', 'take_neuron_cores'],
+    'platform_checks': ['check_pins'],
+    'core_holders': ['neuron_device_holders'],
+    'environment_checks': ['check_compile_cache', 'check_mnist', 'run_checks'],
+    'checklist': ['Checklist'],
+})

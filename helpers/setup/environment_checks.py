@@ -17,11 +17,16 @@ import shutil
 import sys
 from pathlib import Path
 
-from mnist_mlp.common.backend import (INFERRED_WORKER_COUNTS, SUPPORTED_WORKER_COUNTS, Backend,
-                             instance_type, visible_neuron_cores)
 from helpers.setup.checklist import CheckResult
 from helpers.setup.core_holders import busy_core_messages_text, neuron_device_holders
 from helpers.setup.platform_checks import check_pins, check_platform, has_neuron_device
+from mnist_mlp.common.backend import (
+    INFERRED_WORKER_COUNTS,
+    SUPPORTED_WORKER_COUNTS,
+    Backend,
+    instance_type,
+    visible_neuron_cores,
+)
 from mnist_mlp.common.paths import repo_relative as shown_path
 
 PROC_DIR = Path("/proc")

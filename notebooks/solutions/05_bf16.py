@@ -1,7 +1,7 @@
 """Notebook 05's exercises, solved."""
 import sys
 
-from helpers.checks.exercises import check_bf16_smallest_update, check_repeated_small_adds
+from helpers.checks import check_bf16_smallest_update, check_repeated_small_adds
 
 # Exercise 1: BF16 has 8 significant bits: next to 1.0 its values are 2**-7 apart. 1 + 2**-7
 # is a BF16 value; 1 + 2**-8 lies exactly half way and rounds to even, back to 1.0.

@@ -5,7 +5,7 @@ import tempfile
 import torch_xla.debug.metrics as met
 from torch.utils.tensorboard import SummaryWriter
 
-from helpers.checks.exercises import check_compile_counters, check_logged_scalars
+from helpers.checks import check_compile_counters, check_logged_scalars
 
 # Exercise 1: CompileTime holds one sample per graph compiled, its total in nanoseconds.
 # (metric_data returns None until the process has compiled something.)

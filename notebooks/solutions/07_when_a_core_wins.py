@@ -3,7 +3,7 @@ import sys
 
 from torch import nn
 
-from helpers.checks.exercises import check_core_wins_from, check_step_flops
+from helpers.checks import check_core_wins_from, check_step_flops
 from helpers.inside.payoff import cpu_step_s, matmul_flops, model_terms
 from mnist_mlp.model import MLP
 

@@ -17,11 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from helpers.classroom.notebook_pass import workbook_notebooks
 from helpers.classroom.graph_log import GraphDumps
+from helpers.classroom.notebook_pass import workbook_notebooks
 from tests.browser.find_browser import find_chromium, in_ci, profile_parent
 from tests.browser.lab_page import NotebookRun, open_page, run_notebook
-from tests.browser.lab_server import CHROMIUM_ARGS, LabServer, browser_problem, make_workspace
+from tests.browser.lab_server import (
+    CHROMIUM_ARGS,
+    LabServer,
+    browser_problem,
+    make_workspace,
+)
 from tests.paths import REPO_ROOT
 
 NOTEBOOK_TIMEOUT_S = float(os.environ.get("BROWSER_TEST_NOTEBOOK_TIMEOUT", "900"))
@@ -138,7 +143,7 @@ class NotebookRuns:
                 following = self.notebooks[index + 1:index + 2]
                 run = run_notebook(self.loading.pop(path.name), self.server, path,
                                    NOTEBOOK_TIMEOUT_S,
-                                   meanwhile=lambda: [self.load(p) for p in following])
+                                   meanwhile=lambda following=following: [self.load(p) for p in following])
                 self.graphs.collect(path.name)
                 run.executed = keep_executed(path)
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)

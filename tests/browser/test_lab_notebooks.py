@@ -13,8 +13,13 @@ import pytest
 from helpers.classroom.notebook_pass import workbook_notebooks
 from tests.browser.conftest import SCREENSHOTS, shut_down_kernel
 from tests.browser.lab_page import WIDGET_ERROR, WIDGET_LOADING, open_page, run_notebook
-from tests.browser.widget_clicks import (click_through_cache_browser, click_through_flags_editor,
-                                         code_cell, rerun_cell, wait_for)
+from tests.browser.widget_clicks import (
+    click_through_cache_browser,
+    click_through_flags_editor,
+    code_cell,
+    rerun_cell,
+    wait_for,
+)
 from tests.paths import REPO_ROOT
 
 NOTEBOOKS = workbook_notebooks(REPO_ROOT)

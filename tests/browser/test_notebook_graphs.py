@@ -7,10 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.classroom.notebook_pass import workbook_notebooks
 from helpers.checks.expected import expected
-from helpers.classroom.graph_record import (RECORD, REGENERATE, describe_uncovered, kernel_backend,
-                                  read_record, uncovered)
+from helpers.classroom.graph_record import (
+    RECORD,
+    REGENERATE,
+    describe_uncovered,
+    kernel_backend,
+    read_record,
+    uncovered,
+)
+from helpers.classroom.notebook_pass import workbook_notebooks
 from tests.browser.conftest import kernel_env
 from tests.paths import REPO_ROOT
 

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.notebook_outputs import (
+    code_cells,
+    compare_cell,
+    outputs_mode,
+    read_notebook,
+    read_sanitizer,
+)
 from tests.paths import REPO_ROOT
-from tests.notebook_outputs import (code_cells, compare_cell, outputs_mode, read_notebook,
-                                    read_sanitizer)
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SANITIZER = REPO_ROOT / "tests" / "nbval_sanitize.cfg"

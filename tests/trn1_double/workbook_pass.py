@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 from jupyter_core.utils import run_sync
+from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from tests.trn1_double import journal

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT
-
+from helpers.checks.exercises.feedback import NOT_YET, RIGHT, WRONG, Feedback
 
 # True: the change gives the graph another hash, another compiler or other flags: a cache miss.
 CACHE_KEY_ANSWERS = {

@@ -1,7 +1,7 @@
 """Notebook 04: torchrun's standalone rendezvous, DistributedSampler's shards."""
 from __future__ import annotations
 
-from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT
+from helpers.checks.exercises.feedback import NOT_YET, RIGHT, WRONG, Feedback
 
 
 def check_torchrun_standalone(torchrun_args) -> Feedback:

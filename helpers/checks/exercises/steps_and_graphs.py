@@ -3,7 +3,14 @@ from __future__ import annotations
 
 import math
 
-from helpers.checks.exercises.feedback import Feedback, NOT_YET, WRONG, RIGHT, number, judge_exact
+from helpers.checks.exercises.feedback import (
+    NOT_YET,
+    RIGHT,
+    WRONG,
+    Feedback,
+    judge_exact,
+    number,
+)
 
 
 def check_steps_per_epoch(predicted, batch_size: int, data_dir=None) -> Feedback:

@@ -9,7 +9,6 @@ import time
 from trn1_platform import rules
 
 
-
 def live_reservations() -> dict[int, list[int]]:
     log = rules.platform_root() / "var/log/trn1-double.jsonl"
     found = {}

@@ -8,8 +8,8 @@ compiles into a private persistent-cache directory; the file names there are the
 import atexit
 import fcntl
 import os
-import sys
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
