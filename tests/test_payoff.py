@@ -141,9 +141,13 @@ def test_the_device_line_runs_through_two_points_and_predicts_the_others():
     assert line.fixed_s == pytest.approx(fixed) and line.peak_flops == pytest.approx(rate)
     predicted = fixed + payoff.matmul_flops(512, (1024, 1024)) / rate
     cpu = {(32, widths): 0.001, (512, widths): 0.004, (2048, widths): 0.02}
-    text = payoff.describe_measured(cpu, device, "the device")
-    assert f"that line predicts {predicted * 1e3:.2f} ms, measured 500.00 ms" in text
-    assert "the device, measured: 2.00 ms a step plus FLOPs at 0.1 TFLOP/s" in text
+    terms = payoff.model_terms()
+    text = payoff.describe_measured(cpu, device, terms, "the device")
+    low, high = (terms[end].step_s(512, (1024, 1024)) * 1e3 for end in ("low", "high"))
+    assert (f"batch 512, widths 1024/1024: 500.00 ms (the band: {low:.2f} to {high:.2f}); "
+            f"the line below predicts {predicted * 1e3:.2f}") in text
+    assert "batch 32, widths 120/84: 2.14 ms (the band: 1.71 to 5.20)\n" in text
+    assert "points: 2.00 ms a step plus FLOPs at 0.1 TFLOP/s (the model: 23.75 TFLOP/s)" in text
     # at 512 the line (4.26 ms) is above the CPU, at 2048 (11.0 ms) below: they cross between
     assert 512 < payoff.crossing(cpu, line, widths=widths) < 2048
     assert "by batch, measured: the device overtakes this CPU from about batch" in text

@@ -93,7 +93,8 @@ def model_terms(precision: str = "fp32", data: dict | None = None) -> dict:
 
 
 def model_from_tutorial(precision: str = "fp32", data: dict | None = None) -> NeuronCoreModel:
-    """The whole fixed cost on the device (the loader fully overlapped): the range's high end."""
+    """The whole fixed cost as overhead other than the loader (the loader fully overlapped): the
+    range's high end."""
     return model_terms(precision, data)["high"]
 
 

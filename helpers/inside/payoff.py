@@ -150,16 +150,21 @@ def device_line(device: dict, widths=TUTORIAL_WIDTHS) -> NeuronCoreModel:
     return NeuronCoreModel(t0 - matmul_flops(b0, widths) / rate, rate)
 
 
-def describe_measured(cpu: dict, device: dict, device_name: str, widths=TUTORIAL_WIDTHS) -> str:
-    """Lines on the device's own points: the line through two of them, what it predicts for the
-    others (points it was not fitted to), and where it crosses the CPU along the batch sweep."""
+def describe_measured(cpu: dict, device: dict, terms: dict, device_name: str,
+                      widths=TUTORIAL_WIDTHS) -> str:
+    """Lines on the device's own points, which the model was not fitted to: each against the band;
+    the line through two of them, what it predicts for the others, and where it crosses the CPU
+    along the batch sweep (on a trn1, the measured crossover for a loop without overlap)."""
     line = device_line(device, widths)
-    rate = "no slower" if math.isinf(line.peak_flops) else f"{line.peak_flops / 1e12:.3g} TFLOP/s"
-    lines = [f"{device_name}, measured: {line.fixed_s * 1e3:.2f} ms a step plus FLOPs at {rate}"]
+    lines = [f"{device_name}, measured, each step waited for:"]
     for (b, w), seconds in device.items():
-        if w != tuple(widths):
-            lines.append(f"  batch {b}, widths {w[0]}/{w[1]}: that line predicts "
-                         f"{line.step_s(b, w) * 1e3:.2f} ms, measured {seconds * 1e3:.2f} ms")
+        lines.append(f"  batch {b}, widths {w[0]}/{w[1]}: {seconds * 1e3:.2f} ms (the band: "
+                     f"{terms['low'].step_s(b, w) * 1e3:.2f} to {terms['high'].step_s(b, w) * 1e3:.2f})"
+                     + ("" if w == tuple(widths) else
+                        f"; the line below predicts {line.step_s(b, w) * 1e3:.2f}"))
+    rate = "no slower" if math.isinf(line.peak_flops) else f"{line.peak_flops / 1e12:.3g} TFLOP/s"
+    lines.append(f"as a line through its {widths[0]}/{widths[1]} points: {line.fixed_s * 1e3:.2f} ms a "
+                 f"step plus FLOPs at {rate} (the model: {terms['peak_flops'] / 1e12:.2f} TFLOP/s)")
     found = crossing(cpu, line, widths=widths)
     where = ("nowhere measured" if found is None else "from the smallest batch measured"
              if found == 0 else f"from about batch {found:,.0f}")
@@ -188,7 +193,7 @@ def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_f
                         alpha=0.35, label="one NeuronCore, modelled (range: loader's share unknown)")
         dev = sorted((b if ax is by_batch else w[0], s) for (b, w), s in device.items() if keep(b, w))
         ax.plot([d[0] for d in dev], [1e3 * d[1] for d in dev], "s", color="tab:green",
-                label=f"{device_label}, each step waited for")
+                label=f"{device_label}, measured here, each step waited for")
         ax.set(xscale="log", yscale="log", xlabel=xlabel)
         ax.set_xticks(xs, [str(x) if ax is by_batch or k[1][0] == k[1][1] else f"{k[1][0]}/{k[1][1]}"
                            for x, k, _ in line])
