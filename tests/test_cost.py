@@ -7,6 +7,7 @@ import pytest
 
 from helpers.show.cost import (
     COST_DATA,
+    NOT_STATED,
     cost_rows,
     epoch_seconds,
     format_cost_rows,
@@ -14,6 +15,7 @@ from helpers.show.cost import (
     price,
     stand_in_epoch_times,
     steps_per_epoch,
+    unpriced_runs,
 )
 from mnist_mlp.common.results import RunResults
 
@@ -24,7 +26,11 @@ def test_every_price_and_published_figure_is_sourced_and_dated():
         assert entry["source"].startswith("https://") and entry["as_of"][:2] == "20"
     for run in data["published_runs"]:
         assert run["source"].startswith("https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/")
-        price(run["instance"], data)  # each published run's own instance has a rate
+        if run["instance"] != NOT_STATED:
+            price(run["instance"], data)  # each instance the tutorial names has a rate
+    # the instance as the tutorial labels each log: "not stated" where it names none
+    for run in [*data["published_runs"], data["published_cpu_it_s"]]:
+        assert (run["instance"] == NOT_STATED) == run["tutorial_label"].startswith(NOT_STATED), run
     assert "/en/latest/" not in COST_DATA.read_text()
     assert price().usd_per_hour == 1.34 and "neuron-workshops" in price().cite()
     assert "aws-neuron-sdk/blob/v2.31.0/" in price("trn1.32xlarge").cite()
@@ -51,9 +57,22 @@ def test_each_run_is_priced_at_its_own_instance_and_the_stand_in_at_none():
     assert mine["xla"]["usd_per_epoch"] == pytest.approx(10.0 * 1.34 / 3600)
     assert mine["torchrun_w2"]["epoch_s"] == pytest.approx(937 / 150.0)
     published = [r for r in neuron if r["instance"] == "trn1.32xlarge"]
-    assert [r["workers"] for r in published] == [1, 1, 2]
+    assert [r["workers"] for r in published] == [1, 2]  # the 192 it/s log names no instance
     assert all(r["usd_per_epoch"] == pytest.approx(r["epoch_s"] * 8.197 / 3600) for r in published)
+    assert {r["instance"] for r in neuron} == {"trn1.2xlarge", "trn1.32xlarge"}
+    assert unpriced_runs() == ("Not priced, the tutorial names no instance for it: "
+                               "torchrun 1 worker, MpDeviceLoader (192 it/s)")
     assert "xla 10.0 s" in stand_in_epoch_times(results) and stand_in_epoch_times({}) == ""
+
+
+def test_a_run_without_a_stated_instance_is_left_out_not_priced_at_a_guess():
+    data = load_cost_data()
+    data["published_runs"][0]["instance"] = NOT_STATED
+    assert [r["what"] for r in cost_rows({}, on_neuron=False, data=data)] == ["torchrun 2 workers"]
+    assert "train.py, sync every step (95 it/s); torchrun 1 worker" in unpriced_runs(data)
+    for run in data["published_runs"]:
+        run["instance"] = "trn1.32xlarge"
+    assert unpriced_runs(data) == ""
 
 
 def test_the_table_fits_100_characters_and_has_no_empty_rows():
@@ -61,7 +80,7 @@ def test_the_table_fits_100_characters_and_has_no_empty_rows():
     table = format_cost_rows(cost_rows(results, on_neuron=True))
     lines = table.splitlines()
     assert max(map(len, lines)) <= 100, table
-    assert len(lines) == 2 + 1 + 3 and "n/a" not in table and "nan" not in table
+    assert len(lines) == 2 + 1 + 2 and "n/a" not in table and "nan" not in table
     assert "$1.34/h on demand" in table and "$8.197/h RI-effective" in table
 
 

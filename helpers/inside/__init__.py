@@ -16,4 +16,5 @@ __getattr__, __all__ = lazy_exports(__name__, {
     'tensorboard': ['scratch_directory', 'TensorBoard', 'step_names'],
     'utilization': ['UtilizationMonitor'],
     'step_time': ['StepTimeRecorder', 'plot_step_breakdown'],
+    'payoff': ['TUTORIAL_WIDTHS', 'chip_rows', 'cpu_step_s', 'crossover_range', 'describe_crossover', 'describe_held_out', 'describe_measured', 'describe_terms', 'device_step_s', 'figure_rows', 'matmul_flops', 'model_terms', 'plot_payoff', 'sweep', 'two_worker_prediction'],
 })

@@ -3,7 +3,9 @@ device (measured, a few points), against one NeuronCore's modelled range (core_m
 where they cross.
 
 Both measured lines time a step on data already in memory (no data loader), as the model's low
-end leaves the loader out; the crossover is given for both ends of the model's range.
+end leaves the loader out, and wait for each step before the next (no overlap, unlike the
+tutorial's MpDeviceLoader loop the model is fitted to). The crossover is given for both ends of
+the model's range, and from the device's own points (on a trn1, a NeuronCore's).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from helpers.inside.core_model import (  # noqa: F401  (notebook 07 and the test
     TUTORIAL_WIDTHS,
     NeuronCoreModel,
     chip_rows,
+    describe_held_out,
     describe_terms,
     figure_rows,
     layer_sizes,
@@ -84,7 +87,9 @@ def device_step_s(device, batch: int, widths=TUTORIAL_WIDTHS, steps: int = 5,
     train = _training_step(MLP(layers=widths).to(device), x, y)
 
     def step():
-        loss = train()  # alive at the sync, as in the stage scripts: the same graph as theirs
+        # loss alive at the sync, as in notebook 02's train_step: the same graph as its batch-32
+        # one (the stage scripts also keep `output` alive, another graph output, another graph)
+        loss = train()
         torch_xla.sync()
         return loss
     return _timed_steps(step, steps, warmup, wait=xm.wait_device_ops)
@@ -130,25 +135,61 @@ def crossover_range(cpu: dict, terms: dict, widths=None, batch=None) -> dict:
             "speedup": (seconds / terms["high"].step_s(*key), seconds / terms["low"].step_s(*key))}
 
 
+def _about(ratio: float) -> str:
+    """A speed-up rounded to what a peak-FLOPS model can say: one significant figure."""
+    return f"~{float(f'{ratio:.1g}'):g}x"
+
+
 def describe_crossover(found: dict, along: str) -> str:
     """One sentence for a crossover_range() result; along: "batch" or "width"."""
     def at(x):
         if x is None:
             return "nowhere measured"
         return f"the smallest {along} measured" if x == 0 else f"about {along} {x:,.0f}"
-    def times(ratio):
-        return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:,.0f}x"
     key = found["largest"]
     largest = f"batch {key[0]}" if along == "batch" else f"width {key[1][0]}"
-    slow, fast = found["speedup"]
     return (f"by {along}: one NeuronCore (modelled) overtakes this CPU from {at(found['from'])} "
-            f"(device fixed cost at the range's low end) to {at(found['to'])} (its high end); "
-            f"at {largest} it is {times(slow)} to {times(fast)} the CPU")
+            f"(the band's low end) to {at(found['to'])} (its high end); at {largest} it would be "
+            f"up to {_about(max(found['speedup']))} the CPU if the core ran at FP32 peak")
+
+
+def device_line(device: dict, widths=TUTORIAL_WIDTHS) -> NeuronCoreModel:
+    """The measured device as a line: fixed seconds plus FLOPs at one rate, through its smallest-
+    and largest-batch points at `widths` (a rate of inf when the larger step was no slower)."""
+    points = sorted((b, s) for (b, w), s in device.items() if w == tuple(widths))
+    if len(points) < 2:
+        raise ValueError(f"a line needs device points at two batch sizes with widths {widths}")
+    (b0, t0), (b1, t1) = points[0], points[-1]
+    extra = matmul_flops(b1, widths) - matmul_flops(b0, widths)
+    rate = extra / (t1 - t0) if t1 > t0 else math.inf
+    return NeuronCoreModel(t0 - matmul_flops(b0, widths) / rate, rate)
+
+
+def describe_measured(cpu: dict, device: dict, terms: dict, device_name: str,
+                      widths=TUTORIAL_WIDTHS) -> str:
+    """Lines on the device's own points, which the model was not fitted to: each against the band;
+    the line through two of them, what it predicts for the others, and where it crosses the CPU
+    along the batch sweep (on a trn1, the measured crossover for a loop without overlap)."""
+    line = device_line(device, widths)
+    lines = [f"{device_name}, measured, each step waited for:"]
+    for (b, w), seconds in device.items():
+        lines.append(f"  batch {b}, widths {w[0]}/{w[1]}: {seconds * 1e3:.2f} ms (the band: "
+                     f"{terms['low'].step_s(b, w) * 1e3:.2f} to {terms['high'].step_s(b, w) * 1e3:.2f})"
+                     + ("" if w == tuple(widths) else
+                        f"; the line below predicts {line.step_s(b, w) * 1e3:.2f}"))
+    rate = "no slower" if math.isinf(line.peak_flops) else f"{line.peak_flops / 1e12:.3g} TFLOP/s"
+    lines.append(f"as a line through its {widths[0]}/{widths[1]} points: {line.fixed_s * 1e3:.2f} ms a "
+                 f"step plus FLOPs at {rate} (the model: {terms['peak_flops'] / 1e12:.2f} TFLOP/s)")
+    found = crossing(cpu, line, widths=widths)
+    where = ("nowhere measured" if found is None else "from the smallest batch measured"
+             if found == 0 else f"from about batch {found:,.0f}")
+    return "\n".join(lines + [f"by batch, measured: {device_name} overtakes this CPU {where}"])
 
 
 def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_for_widths: int):
-    """Two panels, one legend (4 entries): ms per step against batch size (the tutorial's
-    widths), and against hidden width (at batch_for_widths); the model as a band (its range)."""
+    """Two panels, one legend (5 entries): ms per step against batch size (the tutorial's
+    widths), and against hidden width (at batch_for_widths; a tick names both widths where they
+    differ); the model as a band (its range), the tutorial's two batch-32 logs as markers."""
     import matplotlib.pyplot as plt
 
     published = published_throughputs()
@@ -167,13 +208,16 @@ def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_f
                         alpha=0.35, label="one NeuronCore, modelled (range: loader's share unknown)")
         dev = sorted((b if ax is by_batch else w[0], s) for (b, w), s in device.items() if keep(b, w))
         ax.plot([d[0] for d in dev], [1e3 * d[1] for d in dev], "s", color="tab:green",
-                label=device_label)
+                label=f"{device_label}, measured here, each step waited for")
         ax.set(xscale="log", yscale="log", xlabel=xlabel)
-        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_xticks(xs, [str(x) if ax is by_batch or k[1][0] == k[1][1] else f"{k[1][0]}/{k[1][1]}"
+                           for x, k, _ in line])
         ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.grid(True, which="both", alpha=0.3)
-    by_batch.plot([TUTORIAL_BATCH] * 2, [1e3 / published["cpu"], 1e3 / published["torchrun_w1"]],
-                  "k*", markersize=10, label="AWS tutorial's logs: host CPU, one NeuronCore")
+    by_batch.plot(TUTORIAL_BATCH, 1e3 / published["cpu"], "kD", markersize=7,
+                  label="AWS tutorial: host CPU, with its loader")
+    by_batch.plot(TUTORIAL_BATCH, 1e3 / published["torchrun_w1"], "k*", markersize=11,
+                  label="AWS tutorial: one NeuronCore, the model's fit point")
     by_batch.set_ylabel("ms per training step")
     fig.legend(*by_batch.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=9,
                frameon=False)

@@ -14,6 +14,7 @@ from mnist_mlp.common.data import TRAIN_IMAGES
 
 COST_DATA = Path(__file__).parents[1] / "data" / "trn1_costs.json"
 TUTORIAL_BATCH = 32  # the tutorial's and the scripts' batch size
+NOT_STATED = "not stated"  # a published run's instance where the tutorial names none: not priced
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,13 @@ def cost_rows(results: dict, on_neuron: bool, data: dict | None = None,
               instance: str = "trn1.2xlarge") -> list[dict]:
     """One row per run, priced at the rate of the instance it ran on: the stages this machine ran
     (only on Neuron, at `instance`'s rate: a stand-in's time is not a trn1's) and the AWS
-    tutorial's published runs (at the rate of the instance they were measured on)."""
+    tutorial's published runs whose instance it names (at that instance's rate; the others are
+    not priced: unpriced_runs says which)."""
     data = data or load_cost_data()
     runs = [(stage, instance, r.world_size, r.throughput_it_s, r.batch_size)
             for stage, r in results.items()] if on_neuron else []
     runs += [(run["run"], run["instance"], run["workers"], run["throughput_it_s"], TUTORIAL_BATCH)
-             for run in data["published_runs"]]
+             for run in data["published_runs"] if run["instance"] != NOT_STATED]
     rows = []
     for what, where, workers, throughput, batch_size in runs:
         rate = price(where, data)
@@ -92,6 +94,13 @@ def cost_rows(results: dict, on_neuron: bool, data: dict | None = None,
                      "throughput_it_s": throughput, "epoch_s": seconds, "rate": rate.short(),
                      "usd_per_epoch": seconds * rate.usd_per_hour / 3600})
     return rows
+
+
+def unpriced_runs(data: dict | None = None) -> str:
+    """One line naming the tutorial's runs left out of the table: it names no instance for them."""
+    runs = [f"{run['run']} ({run['throughput_it_s']:.0f} it/s)"
+            for run in (data or load_cost_data())["published_runs"] if run["instance"] == NOT_STATED]
+    return ("Not priced, the tutorial names no instance for it: " + "; ".join(runs)) if runs else ""
 
 
 def stand_in_epoch_times(results: dict) -> str:

@@ -4,7 +4,7 @@ import sys
 from torch import nn
 
 from helpers.checks import check_core_wins_from, check_step_flops
-from helpers.inside.payoff import cpu_step_s, matmul_flops, model_terms
+from helpers.inside import cpu_step_s, matmul_flops, model_terms
 from mnist_mlp.model import MLP
 
 # Exercise 1: per nn.Linear, forward in·out multiply-adds per image (2 FLOPs each); backward the
