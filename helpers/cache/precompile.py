@@ -31,13 +31,13 @@ from helpers.cache.scan import CacheScan, scan_cache
 from helpers.launch.processes import RANK_PREFIX_TEMPLATE, free_port, run_streaming
 from helpers.launch.torchrun import torchrun_argv
 from mnist_mlp.common.backend import check_worker_count, instance_type
+from mnist_mlp.common.paths import repo_relative
 
 WRAPPER = "neuron_parallel_compile"
 STEPS_FLAG = "--steps-this-run"  # the training scripts' step limit (mnist_mlp/common/cli.py)
 TRIAL_STEPS = 10
-# "Set NEURON_PARALLEL_COMPILE_MAX_RETRIES=1 when precompiling on trn1.2xlarge where there's
-# limited host memory and CPU resources" (neuron_parallel_compile CLI, Neuron docs v2.31.0,
-# docs/sources.md): a compile that runs out of memory there is tried once more.
+# "Set NEURON_PARALLEL_COMPILE_MAX_RETRIES=1 when precompiling on trn1.2xlarge where there's limited
+# host memory and CPU resources" (neuron_parallel_compile, Neuron 2.31, docs/sources.md).
 RETRIES_VARIABLE = "NEURON_PARALLEL_COMPILE_MAX_RETRIES"
 RETRIES_ON = {"trn1.2xlarge": "1"}
 _GRAPHS_LINE = re.compile(r"Graphs compiled: (\d+)")
@@ -54,8 +54,9 @@ class PrecompileCommands:
     trial_run: list[str]  # the same, limited to trial_steps (what the wrapper launches)
     trial: list[str]  # neuron_parallel_compile + trial_run
 
-    def shell(self) -> dict[str, str]:
-        return {"trial": shlex.join(self.trial), "run": shlex.join(self.run)}
+    def shell(self) -> dict[str, str]:  # as a reader types them: this repo's paths relative to it
+        return {name: shlex.join(repo_relative(a) if os.path.isabs(a) else a for a in argv)
+                for name, argv in (("trial", self.trial), ("run", self.run))}
 
 
 def _check_no_step_limit(script_args: Sequence[str]) -> None:
@@ -244,8 +245,7 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
 
     def run(argv):
         started = time.time()
-        result = run_streaming(argv, timeout=timeout, env=run_env, cwd=cwd,
-                               on_line=script_lines or on_line)
+        result = run_streaming(argv, timeout=timeout, env=run_env, cwd=cwd, on_line=script_lines or on_line)
         written = results_written_since(Path(cwd or ".") / checkpoint_dir, started) \
             if checkpoint_dir else {}
         return result.lines, written

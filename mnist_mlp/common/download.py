@@ -47,6 +47,7 @@ from mnist_mlp.common.mnist_sources import (
     idx_files_from_wheel,
     verified_cached_wheel,
 )
+from mnist_mlp.common.paths import repo_relative
 
 # What the notebooks and helpers import from here, besides ensure_mnist: the files' check.
 __all__ = ["MnistDataError", "ensure_mnist", "main", "mnist_file_problems", "raw_dir"]
@@ -132,7 +133,7 @@ def ensure_mnist(root: str | os.PathLike | None = None, *, progress: bool = True
     problems = mnist_file_problems(root)
     if not problems:
         if progress:  # scripts pass progress=False: nothing to say when nothing was done
-            print(f"MNIST: already in {raw} (md5s checked)")
+            print(f"MNIST: already in {repo_relative(raw)} (md5s checked)")
         return root
     _check_can_repair(root, problems)
     for name, problem in problems.items():
