@@ -16,7 +16,9 @@ from helpers.cache.plans import (Plan, PlanItem, compiler_processes, lock_is_sta
                                  plan_remove_other_versions)
 from helpers.cache.removal import apply_plan, check_inside
 from helpers.cache.scan import scan_cache
+from helpers.cache.units import human_bytes, iso_time
 from tests.cache_trees import CUR_DIR, CURRENT, LEGACY_DIR, LINKED, OLD, OLD_DIR
+
 
 @pytest.fixture
 def fake_compiler():
@@ -288,3 +290,109 @@ def test_an_entry_used_exactly_the_age_limit_ago_stays(tree):
             os.utime(path, (used_at, used_at), follow_symlinks=False)
         plan = plan_prune(scan_cache(tree.root, now=now), older_than_days=50)
         assert (tree.key("old_done") in keys(plan)) is (used_at < now - 50 * 86400)
+
+
+# ---- what a reader sees: each plan's text, word for word (the CLI and the cache widget print
+# render(); --json prints to_dict()). Sizes and times come from the scan, the words from here.
+
+def item_line(scan, key, reason, kind="entry"):
+    return f"    - {key}  [{kind}, {human_bytes(scan.find(key).size_bytes)}]  {reason}"
+
+
+def remove_line(plan):
+    return (f"  remove {len(plan.items)} item(s): {human_bytes(plan.size_bytes)} apparent, "
+            f"{human_bytes(plan.disk_bytes)} on disk")
+
+
+def test_the_failed_entries_plan_reads(tree):
+    scan = scan_cache(tree.root, now=tree.now)
+    plan = plan_remove_failed(scan)
+    failed = sorted(tree.key(label) for label in ("failed", "failed_with_link", "old_failed"))
+    assert plan.render() == "\n".join([
+        f"Plan: remove failed entries in {tree.root}", remove_line(plan),
+        *(item_line(scan, k, "failed compile (its cached failure blocks a retry)") for k in failed)])
+    assert plan.size_bytes == sum(scan.find(k).size_bytes for k in failed)
+    assert plan.disk_bytes == sum(scan.find(k).disk_bytes for k in failed)
+    assert plan.to_dict() == {
+        "action": "remove failed entries", "root": str(tree.root), "params": {},
+        "size_bytes": plan.size_bytes, "disk_bytes": plan.disk_bytes,
+        "items": [{"key": k, "path": str(tree.root / k), "kind": "entry",
+                   "reason": "failed compile (its cached failure blocks a retry)",
+                   "size_bytes": scan.find(k).size_bytes, "disk_bytes": scan.find(k).disk_bytes,
+                   "expect_state": "failed"} for k in failed],
+        "kept": [], "notes": []}
+    assert Plan("nothing", tree.root).render() == f"Plan: nothing in {tree.root}\n  nothing to remove"
+
+
+def test_the_stale_locks_plan_reads(tree):
+    """The demo's locks: a stale one two hours old, fresh ones a minute and half a minute old."""
+    scan = scan_cache(tree.root, now=tree.now)
+    lock = "model.hlo_module.pb.lock"
+    stale, fresh, old_fresh = (f"{tree.key(label)}/{lock}" for label in
+                               ("locked_stale", "locked_fresh", "old_locked_fresh"))
+    plan = plan_clear_stale_locks(scan, compilers=[])
+    stale_path = tree.root / stale
+    assert plan.render() == "\n".join([
+        f"Plan: clear stale locks in {tree.root} (min_age=30 min)", remove_line(plan),
+        f"    - {stale}  [lock, 0 B]  lock 120 min old, no compiler running",
+        f"  keep {fresh}: fresh lock (1.0 min old < 30 min): a compile may be running",
+        f"  keep {old_fresh}: fresh lock (0.5 min old < 30 min): a compile may be running"])
+    item = plan.to_dict()["items"][0]
+    assert item == {"key": stale, "path": str(stale_path), "kind": "lock",
+                    "reason": "lock 120 min old, no compiler running",
+                    "size_bytes": stale_path.lstat().st_size,
+                    "disk_bytes": stale_path.lstat().st_blocks * 512, "expect_state": None}
+    assert plan.to_dict()["kept"][0] == {
+        "key": fresh, "why": "fresh lock (1.0 min old < 30 min): a compile may be running"}
+    assert plan_clear_stale_locks(scan, min_age_s=90, compilers=[]).params == {"min_age": "1.5 min"}
+
+
+def test_while_a_compiler_runs_the_locks_plan_names_the_first_three(tree):
+    scan = scan_cache(tree.root, now=tree.now)
+    long_command = "neuronx-cc compile --framework=XLA " + "x" * 100
+    compilers = [(101, long_command), (102, "neuronx-cc b"), (103, "walrus_driver c"),
+                 (104, "neuronx-cc d")]
+    plan = plan_clear_stale_locks(scan, compilers=compilers)
+    note = (f"a compiler is running (pid 101: {long_command[:80]}; pid 102: neuronx-cc b; "
+            "pid 103: walrus_driver c): no lock is stale while it runs")
+    assert plan.notes == [note] and plan.items == []
+    locks = sorted(f"{tree.key(label)}/model.hlo_module.pb.lock"
+                   for label in ("locked_stale", "locked_fresh", "old_locked_fresh"))
+    assert plan.render() == "\n".join([
+        f"Plan: clear stale locks in {tree.root} (min_age=30 min)", "  nothing to remove",
+        *(f"  keep {k}: a compiler is running" for k in locks), f"  note: {note}"])
+
+
+def test_the_other_versions_plan_reads(tree):
+    scan = scan_cache(tree.root, now=tree.now)
+    plan = plan_remove_other_versions(scan, keep_version=CURRENT, compilers=[])
+    gone = [(tree.key("legacy"), LEGACY_DIR), (tree.key("old_failed"), OLD_DIR),
+            (tree.key("old_done"), OLD_DIR)]
+    assert plan.render() == "\n".join([
+        f"Plan: remove other compiler versions in {tree.root} (keep={CURRENT})", remove_line(plan),
+        *(item_line(scan, k, f"compiler {d}, not {CURRENT}") for k, d in gone),
+        f"  keep {tree.key('old_locked_fresh')}: locked by a compile that may be running"])
+    assert [i.expect_state for i in plan.items] == ["done", "failed", "done"]
+
+
+def test_the_prune_plan_reads(tree):
+    """Age first (the demo's 400, 100 and 90 days), then least recently used to the budget,
+    the locked entries kept and the note saying the cache stays above the budget."""
+    scan = scan_cache(tree.root, now=tree.now)
+    plan = plan_prune(scan, max_disk_bytes=1, older_than_days=50)
+    by_age = [(tree.key("legacy"), 400), (tree.key("old_done"), 100), (tree.key("old_failed"), 90)]
+    by_use = [e.key for e in sorted(scan.entries, key=lambda e: e.last_used)
+              if e.state != "locked" and e.key not in dict(by_age)]
+    locked = sorted(e.key for e in scan.entries if e.state == "locked")
+    left = scan.disk_bytes - plan.disk_bytes
+    assert left == sum(scan.find(k).disk_bytes for k in locked)
+    assert plan.render() == "\n".join([
+        f"Plan: prune least recently used in {tree.root} (max_size=1 B, older_than_days=50.0)",
+        remove_line(plan),
+        *(item_line(scan, k, f"last used {days} days ago") for k, days in by_age),
+        *(item_line(scan, k, f"least recently used ({iso_time(scan.find(k).last_used)})")
+          for k in by_use),
+        *(f"  keep {k}: locked" for k in locked),
+        f"  note: the cache stays at {human_bytes(left)} on disk, above the budget: what is left "
+        "is locked"])
+    assert plan_prune(scan, max_disk_bytes=5 * 2**30).params == {"max_size": "5.0 GiB"}

@@ -1,5 +1,6 @@
-"""helpers/checks/expected.py: one place for backend-dependent values, each cited, the stand-in's measured;
-and no notebook asserts a backend-dependent quantity without it (issue 16.1)."""
+"""helpers/checks/expected.py: one place for backend-dependent values, each cited (the stand-in's
+measured in tests/test_expected_stand_in.py); and no notebook asserts a backend-dependent quantity
+without it (issue 16.1). Starts no XLA runtime: make mutants runs these for each mutant."""
 from __future__ import annotations
 
 import ast
@@ -12,9 +13,6 @@ from helpers.checks.expected import BACKENDS, DOCS, Expected, Fact, add_quantity
 from mnist_mlp.precision import PRECISIONS
 from mnist_mlp.backend import Backend
 from mnist_mlp.paths import REPO_ROOT
-from tests.xla_stand_in import stand_in_device
-
-DEVICE = stand_in_device()  # at collection: tests/xla_stand_in.py says why
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # What an assert may not compare with a literal: these differ between the stand-in and Neuron.
@@ -73,42 +71,6 @@ def test_add_quantity_registers_it_for_every_backend_once():
     finally:
         for b in BACKENDS:
             expected(b).facts.pop("test_only_quantity")
-
-
-def test_stand_in_values_are_what_torch_xla_measures():
-    """On the stand-in: graphs per training loop, a new learning rate, and PyTorch 1.x's
-    zero_grad (zeroed, not None), which gives the two graphs of the AWS tutorial's log."""
-    import torch
-    import torch_xla
-    import torch_xla.debug.metrics as met
-
-    from mnist_mlp.model import MLP
-
-    compiles = lambda: int(met.counter_value("UncachedCompile") or 0)  # noqa: E731
-    batch = 27  # a batch size no other test of this process trains with: graphs of its own
-    x = torch.randn(batch, 784).to(DEVICE)
-    y = torch.randint(0, 10, (batch,)).to(DEVICE)
-    measured = {}
-    for case, set_to_none, lrs in (("loop", True, (0.01,) * 3), ("lr", True, (0.05,) * 2),
-                                   ("zeroed", False, (0.01,) * 3)):
-        torch.manual_seed(0)
-        model = MLP().to(DEVICE)
-        optimizer = torch.optim.SGD(model.parameters(), lr=lrs[0])
-        before = compiles()
-        for lr in lrs:
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.zero_grad(set_to_none=set_to_none)
-            torch.nn.functional.nll_loss(model(x), y).backward()
-            optimizer.step()
-            torch_xla.sync()
-        measured[case] = compiles() - before
-    stand_in = expected("xla-cpu")
-    assert measured["loop"] in stand_in.train_graphs, measured  # one graph for every step
-    assert (measured["lr"] > 0) == stand_in.lr_change_recompiles, measured  # 0.05: device data
-    # set_to_none=False: step 1 traces the graph "loop" already compiled, later steps a second.
-    assert measured["zeroed"] == 1, measured
-    assert 2 in expected("neuron").train_graphs
 
 
 def assert_lines(path):
