@@ -173,3 +173,70 @@ def test_describe_says_when_stochastic_rounding_is_emulated():
     assert "--auto-cast=none" in describe("autocast", on_neuron=True)
     with pytest.raises(ValueError, match="fp32, bf16"):
         describe("fp16", on_neuron=False)
+
+
+SR_ON = "the NeuronCore rounds stochastically (NEURON_RT_STOCHASTIC_ROUNDING_EN=1)"
+SR_EMULATED = ("stochastic rounding EMULATED in software in the SGD update: the CPU stand-in has "
+               "no such hardware (a NeuronCore does it when NEURON_RT_STOCHASTIC_ROUNDING_EN=1)")
+NEAREST = "round to nearest (NEURON_RT_STOCHASTIC_ROUNDING_EN=0)"
+
+
+@pytest.mark.parametrize("precision, on_neuron, line", [
+    ("fp32", True, f"FP32 weights and activations, as train.py | {NEAREST}"),
+    ("bf16", False, f"BF16 weights, gradients and activations, loss in FP32 | {NEAREST}"),
+    ("bf16-sr", True, f"BF16 weights, gradients and activations, loss in FP32 | {SR_ON}"),
+    ("bf16-sr", False, f"BF16 weights, gradients and activations, loss in FP32 | {SR_EMULATED}"),
+    ("bf16-master", False, f"BF16 model, FP32 master weights in the optimizer, loss in FP32 | "
+                           f"{NEAREST}"),
+    ("autocast", True, "FP32 weights, forward pass under torch.autocast(bfloat16); NEURON_CC_FLAGS "
+                       f"gets --auto-cast=none | {NEAREST}"),
+])
+def test_each_precision_line_word_for_word(precision, on_neuron, line):
+    """The line train_bf16.py prints after the backend's: what the mode does, how it rounds."""
+    assert describe(precision, on_neuron=on_neuron) == f"Precision: {precision} | {line}"
+
+
+def test_the_deprecated_variables_message_word_for_word():
+    assert deprecated_bf16_env_error({"XLA_USE_BF16": "1", "XLA_DOWNCAST_BF16": "1"}) == (
+        "XLA_USE_BF16 and XLA_DOWNCAST_BF16 is set: deprecated since torch-xla 2.5, and it would "
+        "override --precision. Unset it (e.g. `unset XLA_USE_BF16 XLA_DOWNCAST_BF16`) and pick a "
+        "--precision mode.")
+
+
+def test_the_far_neighbour_is_taken_when_the_draw_is_below_the_chance():
+    """x halfway between two BF16 values: chance 1/2. A draw of exactly 1/2 keeps the nearest
+    (draws are uniform in [0, 1): P(draw < 1/2) is 1/2, P(draw <= 1/2) one float more)."""
+    x = torch.tensor([1 + STEP_AT_1 / 2])  # nearest (ties to even): 1.0; far: 1 + STEP_AT_1
+    below_half = torch.nextafter(torch.tensor([0.5]), torch.tensor([0.0]))
+    assert stochastic_round_to_bf16(x, torch.tensor([0.5])).item() == 1.0
+    assert stochastic_round_to_bf16(x, below_half).item() == 1 + STEP_AT_1
+
+
+def test_the_sgd_variants_take_their_learning_rate_seed_and_device():
+    """The lr given (not SGD's default), seed 0 unless told, the draws made on the parameters'
+    device (the meta device here: no data, only where tensors live)."""
+    weight = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+    optimizer = StochasticRoundingSGD([weight], lr=0.5)
+    weight.grad = torch.ones_like(weight)
+    optimizer.step()
+    assert weight.tolist() == [0.5] * 4  # exact in BF16: no rounding either way
+    assert small_updates(StochasticRoundingSGD, steps=20) == small_updates(
+        StochasticRoundingSGD, steps=20, seed=0)
+    on_meta = torch.nn.Parameter(torch.empty(3, dtype=torch.bfloat16, device="meta"))
+    assert StochasticRoundingSGD([on_meta], lr=0.1).state[on_meta]["draw_offsets"].is_meta
+    with pytest.raises(TypeError) as err:
+        StochasticRoundingSGD([torch.nn.Parameter(torch.ones(2, dtype=torch.float16))], lr=0.1)
+    assert str(err.value) == ("StochasticRoundingSGD updates BF16 parameters, got torch.float16: "
+                              "cast the model first (model.to(torch.bfloat16))")
+    with pytest.raises(ValueError) as err:
+        FP32MasterSGD([], lr=0.1)
+    assert str(err.value) == "FP32MasterSGD got no parameters"
+
+
+def test_cast_inputs_keeps_the_other_arguments():
+    class Scaled(torch.nn.Module):
+        def forward(self, x, scale, shift=0.0):
+            return x * scale + shift
+
+    out = cast_inputs_to(Scaled(), torch.bfloat16)(torch.ones(2), 3.0, 1.0)
+    assert out.dtype == torch.bfloat16 and out.tolist() == [4.0, 4.0]

@@ -396,3 +396,52 @@ def test_the_prune_plan_reads(tree):
         f"  note: the cache stays at {human_bytes(left)} on disk, above the budget: what is left "
         "is locked"])
     assert plan_prune(scan, max_disk_bytes=5 * 2**30).params == {"max_size": "5.0 GiB"}
+
+
+def test_what_apply_reports_reads(tree):
+    plan = plan_remove_failed(scan_cache(tree.root))
+    (tree.path("failed") / "model.hlo_module.pb.lock").write_bytes(b"")  # a retry started
+    result = apply_plan(plan)
+    gone = sorted({tree.key("failed_with_link"), tree.key("old_failed")})
+    assert sorted(result.removed) == gone
+    assert result.render() == (
+        f"Removed 2 item(s), freed {human_bytes(result.size_bytes)} apparent, "
+        f"{human_bytes(result.disk_bytes)} on disk\n"
+        f"  skipped {tree.key('failed')}: locked since the plan was made")
+    assert result.to_dict() == {
+        "removed": result.removed, "skipped": [{"key": tree.key("failed"),
+                                                "why": "locked since the plan was made"}],
+        "failed": [], "size_bytes": result.size_bytes, "disk_bytes": result.disk_bytes}
+    assert result.size_bytes == sum(i.size_bytes for i in plan.items if i.key in gone)
+    assert result.disk_bytes == sum(i.disk_bytes for i in plan.items if i.key in gone)
+
+
+def test_a_removal_that_fails_says_why_with_its_errno(tmp_path, immutable):
+    """A lock that cannot be unlinked, and an entry that cannot be removed completely: the
+    error keeps the system's errno, names the file it stopped at and counts what is left; the
+    entry's done marker went first, so it no longer looks compiled (whichever file rmtree meets
+    first)."""
+    import errno
+
+    from helpers.cache.removal import remove_inside
+
+    root = tmp_path / "cache"
+    entry = root / f"neuronxcc-{CURRENT}" / "MODULE_ab+cd"
+    entry.mkdir(parents=True)
+    (entry / "model.done").write_bytes(b"")
+    (entry / "model.neff").write_bytes(neff_bytes())  # after the marker: listed first on tmpfs
+    lock = entry / "model.hlo_module.pb.lock"
+    lock.write_bytes(b"")
+    immutable(lock)
+    with pytest.raises(OSError) as err:
+        remove_inside(lock, root)
+    assert (err.value.errno, err.value.strerror) == (errno.EPERM, "cannot remove it: Operation "
+                                                                  "not permitted")
+    immutable(entry / "model.neff")
+    with pytest.raises(OSError) as err:
+        remove_inside(entry, root)
+    assert err.value.errno == errno.EPERM
+    assert sorted(p.name for p in entry.iterdir()) == ["model.hlo_module.pb.lock", "model.neff"]
+    assert err.value.strerror in [  # rmtree stops at the first immutable file it meets
+        f"removal failed part way: Operation not permitted ({name}); 2 file(s) left in place, no "
+        "longer marked done" for name in ("model.neff", "model.hlo_module.pb.lock")]

@@ -109,3 +109,40 @@ def test_the_checker_catches_a_literal():
     assert all(BACKEND_QUANTITY.search(t) and "expect." not in t for t in tests)
     assert FORBIDDEN[0].search(tests[0]) and FORBIDDEN[1].search(tests[1])
     assert isinstance(expected("cpu"), Expected)
+
+
+def test_claims_print_word_for_word():
+    """What a notebook prints with describe()/source(): ranges as 'a to b', sets joined with
+    'or', a source without 'inferred from' unless the value was inferred."""
+    neuron, stand_in = expected("neuron"), expected("xla-cpu")
+    assert neuron.describe("neuron_cores_visible").startswith("1 to 128 on neuron (")
+    assert stand_in.describe("precompile_mode") == (
+        "stand-in on xla-cpu (no neuron_parallel_compile without Neuron: "
+        "helpers/cache/precompile.py runs the trial alone)")
+    assert neuron.source("precompile_mode") == neuron.facts["precompile_mode"].source
+    assert neuron.source("train_graphs") == "inferred from " + neuron.facts["train_graphs"].source
+
+
+def test_an_unknown_quantity_is_named_with_the_known_ones():
+    known = ", ".join(sorted(expected("cpu").facts))
+    for ask in (lambda e: e.source("graphs"), lambda e: e.inferred("graphs"),
+                lambda e: e.describe("graphs"), lambda e: e.graphs):
+        with pytest.raises(AttributeError) as err:
+            ask(expected("cpu"))
+        assert str(err.value) == (f"helpers.checks.expected has no quantity 'graphs'; known: "
+                                  f"{known} (add it, with its source, there)")
+    with pytest.raises(ValueError) as err:
+        expected("gpu")
+    assert str(err.value) == ("unknown backend 'gpu': pass a mnist_mlp.backend.Backend or one of "
+                              "neuron, xla-cpu, cpu")
+
+
+def test_expected_values_copy_like_any_value():
+    """copy and pickle build the object before its facts are set: asking it for an attribute
+    then must be a plain AttributeError, not a crash."""
+    import copy
+    import pickle
+
+    for backend in BACKENDS:
+        assert copy.copy(expected(backend)) == expected(backend)
+        assert pickle.loads(pickle.dumps(expected(backend))) == expected(backend)
