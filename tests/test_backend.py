@@ -320,3 +320,12 @@ def test_core_counts_at_their_edges(tmp_path, monkeypatch):
     one = make_sysfs(tmp_path / "one", [1])
     assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "1"}, one, dev) == 0
     assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "0"}, one, dev) == 1
+
+
+def test_without_sysfs_the_dev_nodes_given_decide(tmp_path, select):
+    """An old driver without the sysfs tree: select_backend counts the /dev nodes it is given."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "neuron0").touch()
+    first, _ = select(sysfs=tmp_path / "nosys", dev_dir=dev, extra_path=fake_torch_neuronx(tmp_path))
+    assert first == "neuron NEURON 2"

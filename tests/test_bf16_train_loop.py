@@ -1,7 +1,8 @@
 """mnist_mlp/train_bf16.py's train() loop in this process, on the CPU (no XLA runtime starts): each
 batch is one step of the same arithmetic as a plain PyTorch loop, the forward pass alone under
-BF16 autocast when asked, one torch_xla.sync() per step unless the device loader syncs. Its runs
-as a script are tests/test_bf16_script.py's; what main() sets on Neuron, test_bf16_on_neuron.py's."""
+BF16 autocast when asked, one torch_xla.sync() per step unless the device loader syncs. On the
+stand-in device: tests/test_bf16_train_loop_xla.py; as a script: tests/test_bf16_script.py; what
+main() sets on Neuron: tests/test_bf16_on_neuron.py."""
 import pytest
 import torch
 
@@ -51,8 +52,9 @@ def test_each_batch_is_one_step_of_plain_sgd(autocast, syncs):
     torch.manual_seed(0)
     model = MLP().eval()  # train() puts it in training mode itself
     tracker = StepTracker(xla=False, progress=False, loss_every=1, warmup=1)
+    asked = {"autocast": True} if autocast else {}  # without it: no autocast
     train_bf16.train(model, torch.optim.SGD(model.parameters(), lr=0.1), loader, CPU, 2, tracker,
-                     autocast=autocast)
+                     **asked)
     assert model.training
     assert tracker.steps == 6 and syncs == ["sync"] * 6  # one sync per step, after it
     assert [loss for _, loss in tracker.loss_history] == expected_losses

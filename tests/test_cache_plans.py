@@ -11,7 +11,7 @@ import pytest
 from helpers.cache.demo import neff_bytes
 from helpers.cache.location import (CompileCacheError, filesystem_type,
                                     installed_compiler_version, same_compiler_version)
-from helpers.cache.plans import (Plan, PlanItem, compiler_processes, lock_is_stale,
+from helpers.cache.plans import (UNKNOWN_KEPT, Plan, PlanItem, compiler_processes, lock_is_stale,
                                  plan_clear_stale_locks, plan_prune, plan_remove_failed,
                                  plan_remove_other_versions)
 from helpers.cache.removal import apply_plan, check_inside
@@ -445,3 +445,124 @@ def test_a_removal_that_fails_says_why_with_its_errno(tmp_path, immutable):
     assert err.value.strerror in [  # rmtree stops at the first immutable file it meets
         f"removal failed part way: Operation not permitted ({name}); 2 file(s) left in place, no "
         "longer marked done" for name in ("model.neff", "model.hlo_module.pb.lock")]
+
+
+# ---- what each cleanup refuses, word for word, and the entries it passes over
+
+@pytest.mark.parametrize("make, message", [
+    (lambda s: plan_prune(s, max_disk_bytes=0), "the size budget must be a number more than 0, "
+                                                "got 0"),
+    (lambda s: plan_prune(s, older_than_days=-1), "--older-than-days must be a number 0 or more, "
+                                                  "got -1"),
+    (lambda s: plan_clear_stale_locks(s, min_age_s="soon", compilers=[]),
+     "the lock age must be a number 0 or more, got 'soon'"),
+    (lambda s: plan_remove_other_versions(s, CURRENT, min_lock_age_s=-1.5, compilers=[]),
+     "the lock age must be a number 0 or more, got -1.5"),
+    (lambda s: plan_prune(s), "prune needs a size budget (max_disk_bytes / --max-size 5G) and/or "
+                              "an age (older_than_days / --older-than-days 30)"),
+])
+def test_what_a_refusal_says(tmp_path, make, message):
+    with pytest.raises(CompileCacheError) as err:
+        make(scan_cache(tmp_path))
+    assert str(err.value) == message
+
+
+def neuronx_cc_installed(monkeypatch, tmp_path, version):
+    """neuronx-cc's installed-package record on the path, as pip leaves it on a Trainium host."""
+    info = tmp_path / "site" / f"neuronx_cc-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: neuronx-cc\nVersion: {version}\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert installed_compiler_version() == version
+
+
+def test_the_version_to_keep_is_the_installed_compiler_unless_given(tree, tmp_path, monkeypatch):
+    """By default the installed neuronx-cc's entries stay; a version with no entries may still be
+    kept when it is the installed one; without neuronx-cc, or for a version neither present nor
+    installed (a typo), the plan is refused and names the versions present."""
+    scan = scan_cache(tree.root, now=tree.now)
+    present = ", ".join(sorted({CURRENT, OLD}))
+    (tmp_path / "empty").mkdir()
+    if installed_compiler_version() is None:
+        with pytest.raises(CompileCacheError) as err:
+            plan_remove_other_versions(scan, compilers=[])
+        assert str(err.value) == (
+            "neuronx-cc is not installed here, so the current compiler version is unknown: pass "
+            f"the version to keep (--keep-version / keep_version=), one of: {present}")
+        with pytest.raises(CompileCacheError, match=r"one of: \(no neuronxcc-\* directories\)$"):
+            plan_remove_other_versions(scan_cache(tmp_path / "empty"), compilers=[])
+    with pytest.raises(CompileCacheError) as err:
+        plan_remove_other_versions(scan, keep_version="2.99.0+deadbeef", compilers=[])
+    assert str(err.value) == (
+        f"no entries of compiler version '2.99.0+deadbeef' in {tree.root}, and it is not the "
+        f"installed one: a typo would remove everything. Versions present: {present}")
+    with pytest.raises(CompileCacheError, match="Versions present: none$"):
+        plan_remove_other_versions(scan_cache(tmp_path / "empty"), keep_version="2.99.0",
+                                   compilers=[])
+    neuronx_cc_installed(monkeypatch, tmp_path, OLD)
+    plan = plan_remove_other_versions(scan, compilers=[])
+    assert plan.params == {"keep": OLD}
+    assert tree.key("old_done") not in keys(plan) and tree.key("done_hex") in keys(plan)
+    newer = plan_remove_other_versions(scan, keep_version=OLD.split("+")[0], compilers=[])
+    assert keys(newer) == keys(plan)
+    neuronx_cc_installed(monkeypatch, tmp_path / "newer", "2.30.1+abc")
+    keep_new = plan_remove_other_versions(scan, keep_version="2.30.1", compilers=[])
+    assert tree.key("done_hex") in keys(keep_new) and tree.key("old_done") in keys(keep_new)
+
+
+def test_other_versions_pass_over_torch_xla_files_unknown_and_locked_entries(tree, fake_compiler):
+    """torch-xla's own cache files are not neuronx-cc's; an entry nothing can identify stays; an
+    old entry with a lock stays while a compiler runs (found in /proc) or the lock is fresh. Each
+    passed over, the entries after it are still planned."""
+    (tree.root / "1234567890123456789").write_bytes(b"an XLA executable")  # sorts first
+    old = tree.root / OLD_DIR
+    (old / "MODULE_0000000000000000001+d41d8cd9").mkdir()
+    (old / "MODULE_0000000000000000001+d41d8cd9" / "model.neff").write_bytes(b"hello\n")
+    stale = old / "MODULE_0000000000000000002+d41d8cd9"
+    stale.mkdir()
+    (stale / "model.hlo_module.pb").write_bytes(b"hlo")
+    (stale / "model.hlo_module.pb.lock").write_bytes(b"")
+    os.utime(stale / "model.hlo_module.pb.lock", (tree.now - 7200, tree.now - 7200))
+    scan = scan_cache(tree.root, now=tree.now)
+    gone = {tree.key("legacy"), tree.key("old_done"), tree.key("old_failed")}
+    while_compiling = plan_remove_other_versions(scan, CURRENT)  # reads /proc: neuronx-cc runs
+    assert keys(while_compiling) == gone
+    assert dict(while_compiling.kept) == {
+        f"{OLD_DIR}/{stale.name}": "locked by a compile that may be running",
+        f"{OLD_DIR}/MODULE_0000000000000000001+d41d8cd9": UNKNOWN_KEPT,
+        tree.key("old_locked_fresh"): "locked by a compile that may be running"}
+    idle = plan_remove_other_versions(scan, CURRENT, compilers=[])
+    assert keys(idle) == gone | {f"{OLD_DIR}/{stale.name}"}
+
+
+def test_a_lock_gone_since_the_scan_is_passed_over(tree):
+    """Between the scan and the plan a compile finished and took its lock away: that lock is
+    neither planned nor kept, and the locks after it are judged as usual."""
+    scan = scan_cache(tree.root, now=tree.now)
+    (tree.path("locked_fresh") / "model.hlo_module.pb.lock").unlink()  # sorts before the stale one
+    plan = plan_clear_stale_locks(scan, compilers=[])
+    assert keys(plan) == {f"{tree.key('locked_stale')}/model.hlo_module.pb.lock"}
+    assert [k for k, _ in plan.kept] == [f"{tree.key('old_locked_fresh')}/model.hlo_module.pb.lock"]
+
+
+def test_lock_and_entry_ages_as_printed(tree):
+    """A lock 20 minutes old is '20.0 min old'; a lock's on-disk size is its allocated blocks; an
+    entry last used 60.5 days (and ten seconds) ago is '61 days'."""
+    fresh = tree.path("locked_fresh") / "model.hlo_module.pb.lock"
+    os.utime(fresh, (tree.now - 1200, tree.now - 1200))
+    stale = tree.path("locked_stale") / "model.hlo_module.pb.lock"
+    stale_time = stale.lstat().st_mtime
+    stale.write_bytes(b"pid 4242\n" * 1000)
+    os.utime(stale, (stale_time, stale_time))
+    scan = scan_cache(tree.root, now=tree.now)
+    plan = plan_clear_stale_locks(scan, compilers=[])
+    assert dict(plan.kept)[f"{tree.key('locked_fresh')}/model.hlo_module.pb.lock"] == (
+        "fresh lock (20.0 min old < 30 min): a compile may be running")
+    (item,) = plan.items
+    assert (item.size_bytes, item.disk_bytes) == (9000, stale.lstat().st_blocks * 512)
+    assert item.disk_bytes >= 9000
+    used = tree.now - 60.5 * 86400 - 10
+    for path in (tree.path("old_done"), *tree.path("old_done").rglob("*")):
+        os.utime(path, (used, used), follow_symlinks=False)
+    pruned = plan_prune(scan_cache(tree.root, now=tree.now), older_than_days=60)
+    assert {i.key: i.reason for i in pruned.items}[tree.key("old_done")] == "last used 61 days ago"

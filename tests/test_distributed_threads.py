@@ -2,6 +2,7 @@
 thread each, so that every call runs here where a test sees it (tests/test_distributed.py runs
 the same over two processes); and data_parallel_setup() on a one-worker job."""
 import datetime
+import sys
 import threading
 import warnings
 
@@ -148,6 +149,26 @@ def test_a_drift_message_gives_each_ranks_parameter_sum():
         "all-reduced across workers.")
 
 
+RANK = threading.local()  # which rank the running thread is, for per_rank_stdout
+
+
+def per_rank_stdout(monkeypatch) -> dict:
+    """{rank: what it printed}: sys.stdout for the threads of on_two_ranks, each writing under
+    the rank it set in RANK (torchrun keeps each worker's output apart the same way)."""
+    out = {}
+
+    class PerRank:
+        def write(self, text):
+            rank = getattr(RANK, "value", None)
+            out[rank] = out.get(rank, "") + text
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", PerRank())
+    return out
+
+
 def ticking_clock():
     """A clock that advances one second per reading: throughput is a known number."""
     ticks = iter(range(1000))
@@ -155,7 +176,7 @@ def ticking_clock():
 
 
 @pytest.mark.parametrize("reduce_over_gloo", [True, False])
-def test_finish_checks_the_replicas_and_gathers_every_ranks_figures(reduce_over_gloo, capsys):
+def test_finish_checks_the_replicas_and_gathers_every_ranks_figures(reduce_over_gloo, monkeypatch):
     """What rank 0 writes into the results record: every rank's throughput, shard size and
     losses, in rank order; only rank 0 says the replicas are equal."""
     from mnist_mlp.distributed import DataParallel
@@ -164,6 +185,7 @@ def test_finish_checks_the_replicas_and_gathers_every_ranks_figures(reduce_over_
     models = {0: one_model(), 1: one_model()}
 
     def work(rank, group):
+        RANK.value = rank
         tracker = StepTracker(xla=False, progress=False, warmup=1, loss_every=1,
                               clock=ticking_clock())
         for step in range(3):
@@ -173,6 +195,7 @@ def test_finish_checks_the_replicas_and_gathers_every_ranks_figures(reduce_over_
         job.barrier()
         return job.finish(models[rank], tracker)
 
+    out = per_rank_stdout(monkeypatch)
     results = on_two_ranks(work)
     assert results[0] == results[1] == {
         "gradient_reduce": "gloo" if reduce_over_gloo else "xla",
@@ -180,21 +203,34 @@ def test_finish_checks_the_replicas_and_gathers_every_ranks_figures(reduce_over_
         "samples_per_epoch_by_rank": [100, 101],
         "loss_history_by_rank": {"0": [[1, 0.0], [2, 1.0], [3, 2.0]],
                                  "1": [[1, 10.0], [2, 11.0], [3, 12.0]]}}
-    assert capsys.readouterr().out == (
-        "Replicas equal: max parameter-checksum difference 0 across 2 worker(s) (tolerance "
-        "1e-06). Each rank's final loss above is its own last batch's, so they differ.\n")
+    assert out == {0: "Replicas equal: max parameter-checksum difference 0 across 2 worker(s) "
+                      "(tolerance 1e-06). Each rank's final loss above is its own last batch's, "
+                      "so they differ.\n"}
 
 
-def test_each_rank_loads_its_own_shard_of_whole_batches(mnist_root):
+def test_each_rank_loads_its_own_shard_of_whole_batches(mnist_root, monkeypatch):
     """Two workers, batches of 32: each gets 30,000 images' worth of whole batches (937, the
-    same step count on both), its own images, and the whole test set."""
+    same step count on both), its own images, and the whole test set; rank 0 alone checks the
+    files' md5s (once, saying nothing), the other waits for it."""
     import argparse
 
+    from mnist_mlp import data, download
     from mnist_mlp.distributed import DataParallel
 
     args = argparse.Namespace(data_dir=str(mnist_root), loader="fast", batch_size=32, seed=0)
+    verified = []  # (rank, root, progress) of each md5 check, passed on to the real one
+    real_ensure_mnist = download.ensure_mnist
+
+    def ensure_mnist(root=None, **options):
+        verified.append((RANK.value, root, options.get("progress", True)))
+        return real_ensure_mnist(root, **options)
+
+    monkeypatch.setattr(download, "ensure_mnist", ensure_mnist)
+    monkeypatch.setattr(data, "ensure_mnist", ensure_mnist)
+    out = per_rank_stdout(monkeypatch)
 
     def work(rank, group):
+        RANK.value = rank
         job = DataParallel(rank, 2, group, reduce_over_gloo=True)
         train, test = job.mnist_loaders(args)
         first_images, _ = next(iter(train))
@@ -205,6 +241,7 @@ def test_each_rank_loads_its_own_shard_of_whole_batches(mnist_root):
         assert results[rank][0] == 937 and results[rank][1] == 937 * 32
         assert results[rank][3] == 10_000
     assert not torch.equal(results[0][2], results[1][2])  # two shards, not one set twice
+    assert verified == [(0, str(mnist_root), False)] and out == {}  # rank 0 alone, quietly
 
 
 def test_on_neuron_a_worker_count_the_instance_lacks_stops_the_job_first(one_worker_job,
@@ -229,10 +266,24 @@ def test_on_neuron_a_worker_count_the_instance_lacks_stops_the_job_first(one_wor
     assert data_parallel_setup(stand_in).world_size == 1
 
 
-def test_the_control_group_is_gloo_with_a_bounded_wait(one_worker_job):
+@pytest.fixture
+def one_worker_xla_like_job(monkeypatch):
+    """A one-worker world whose backend is not gloo, as train_torchrun.py's xla world on Neuron:
+    torch's own test backend "fake" (torch.testing), destroyed afterwards."""
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401  registers "fake"
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    dist.init_process_group("fake", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_the_control_group_is_gloo_with_a_bounded_wait(one_worker_xla_like_job):
     """The group train_torchrun.py uses for control work (and the stand-in's all-reduce): gloo,
     whatever the world's backend, and a wait on a dead worker ends after 5 minutes by default."""
     from mnist_mlp.backend import Backend
+
+    assert dist.get_backend() == "fake"
 
     stand_in = Backend("xla-cpu", "test", "2.9.0", "2.9.0", None, 0)
     for job, minutes in ((data_parallel_setup(stand_in), 5),
