@@ -538,10 +538,14 @@ def test_other_versions_pass_over_torch_xla_files_unknown_and_locked_entries(tre
 def test_a_lock_gone_since_the_scan_is_passed_over(tree):
     """Between the scan and the plan a compile finished and took its lock away: that lock is
     neither planned nor kept, and the locks after it are judged as usual."""
+    second = tree.path("locked_stale") / "model.neff.lock"  # a second lock in the stale entry
+    second.write_bytes(b"")
+    os.utime(second, (tree.now - 7200, tree.now - 7200))
     scan = scan_cache(tree.root, now=tree.now)
     (tree.path("locked_fresh") / "model.hlo_module.pb.lock").unlink()  # sorts before the stale one
+    (tree.path("locked_stale") / "model.hlo_module.pb.lock").unlink()  # sorts before model.neff's
     plan = plan_clear_stale_locks(scan, compilers=[])
-    assert keys(plan) == {f"{tree.key('locked_stale')}/model.hlo_module.pb.lock"}
+    assert keys(plan) == {f"{tree.key('locked_stale')}/model.neff.lock"}
     assert [k for k, _ in plan.kept] == [f"{tree.key('old_locked_fresh')}/model.hlo_module.pb.lock"]
 
 
@@ -566,3 +570,82 @@ def test_lock_and_entry_ages_as_printed(tree):
         os.utime(path, (used, used), follow_symlinks=False)
     pruned = plan_prune(scan_cache(tree.root, now=tree.now), older_than_days=60)
     assert {i.key: i.reason for i in pruned.items}[tree.key("old_done")] == "last used 61 days ago"
+
+
+def test_apply_judges_each_item_on_its_own(tree, immutable):
+    """Each item is checked just before it goes and, when it cannot go, recorded with why, word
+    for word; the items after it are still judged. A lock removed leaves its entry directory."""
+    plan_age = 30 * 60
+    scan = scan_cache(tree.root, now=tree.now)
+    fresh_again = tree.path("locked_stale") / "model.hlo_module.pb.lock"
+    os.utime(fresh_again, None)  # a compile took the lock again since the plan
+    lock_only = tree.root / CUR_DIR / "MODULE_0000000000000000abcd+ede6753c"
+    lock_only.mkdir()
+    (lock_only / "model.hlo_module.pb.lock").write_bytes(b"")
+    os.utime(lock_only / "model.hlo_module.pb.lock", (tree.now - 7200, tree.now - 7200))
+    stale_locked = tree.path("done_big")  # a stale lock left by a killed compile: as other
+    # versions plans such an entry (state "locked"), the lock old enough to be called stale
+    (stale_locked / "model.hlo_module.pb.lock").write_bytes(b"")
+    os.utime(stale_locked / "model.hlo_module.pb.lock", (tree.now - 7200, tree.now - 7200))
+    changed = tree.path("failed")
+    (changed / "model.log").unlink()
+    (changed / "model.neff").write_bytes(neff_bytes())
+    (changed / "model.done").write_bytes(b"")
+    not_a_dir = tree.root / CUR_DIR / "MODULE_0000000000000000ffff+ede6753c"  # a file, not a dir
+    not_a_dir.write_bytes(b"")
+    stuck = tree.path("done_hex") / "model.neff"
+    immutable(stuck)
+    item = {e.key: e for e in scan.entries}
+
+    def entry(label):
+        e = item[tree.key(label)]
+        return PlanItem(e.key, e.path, "entry", "", e.size_bytes, e.disk_bytes, e.state)
+
+    plan = Plan("by hand", tree.root, items=[
+        PlanItem("gone", tree.root / CUR_DIR / "MODULE_gone", "entry", "", 0, 0),
+        entry("old_done"),
+        PlanItem("fresh-again", fresh_again, "lock", "", 0, 0),
+        entry("old_failed"),
+        PlanItem("lock-only", lock_only / "model.hlo_module.pb.lock", "lock", "", 0, 0),
+        PlanItem(stale_locked.name, stale_locked, "entry", "", 7, 9, "locked"),
+        entry("failed"),
+        entry("legacy"),
+        PlanItem("outside", tree.outside, "entry", "", 0, 0),
+        entry("bad_flags"),
+        PlanItem("not-a-dir", not_a_dir, "entry", "", 0, 0),
+        entry("incomplete"),
+        PlanItem("stuck", stuck, "lock", "", 0, 0),
+        entry("failed_with_link"),
+    ])
+    result = apply_plan(plan, min_lock_age_s=plan_age)
+    assert result.removed == [tree.key("old_done"), tree.key("old_failed"), "lock-only",
+                              stale_locked.name, tree.key("legacy"), tree.key("bad_flags"),
+                              tree.key("incomplete"), tree.key("failed_with_link")]
+    assert result.skipped == [
+        ("gone", "already gone"), ("fresh-again", "the lock is fresh again"),
+        (tree.key("failed"), "changed since the plan: now done"),
+        ("outside", f"refusing {tree.outside}: it is not inside the cache root {tree.root}")]
+    assert result.failed == [
+        ("not-a-dir", f"cannot check it: [Errno 20] Not a directory: '{not_a_dir}'"),
+        ("stuck", "cannot remove it: Operation not permitted")]
+    assert lock_only.is_dir() and not any(lock_only.iterdir())  # the lock went, not its entry
+    assert not stale_locked.exists() and changed.is_dir() and fresh_again.exists()
+
+
+def test_apply_keeps_a_locked_entry_while_a_compiler_runs(tree, fake_compiler):
+    stale_locked = tree.path("done_big")
+    (stale_locked / "model.hlo_module.pb.lock").write_bytes(b"")
+    os.utime(stale_locked / "model.hlo_module.pb.lock", (tree.now - 7200, tree.now - 7200))
+    plan = Plan("by hand", tree.root, items=[
+        PlanItem("entry", stale_locked, "entry", "", 0, 0, "locked")])
+    assert apply_plan(plan).skipped == [("entry", "locked since the plan was made")]
+    assert stale_locked.is_dir()
+
+
+def test_check_inside_needs_both_to_exist(tmp_path):
+    (tmp_path / "root").mkdir()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(FileNotFoundError):
+        check_inside(tmp_path / "root" / "missing", tmp_path / "root")
+    with pytest.raises(FileNotFoundError):
+        check_inside(tmp_path / "file", tmp_path / "no-root")
