@@ -80,6 +80,8 @@ def test_no_lock_is_stale_while_a_compiler_runs(tree, fake_compiler):
     stale = plan_clear_stale_locks(scan, min_age_s=600, compilers=[])
     result = apply_plan(stale, min_lock_age_s=600)
     assert result.removed == [] and len(result.skipped) == 1
+    why = result.skipped[0][1]  # the compilers note (other compiles on this host may show too)
+    assert why.startswith("a compiler is running (pid ") and f"pid {fake_compiler.pid}: " in why
     assert (tree.path("locked_stale") / "model.hlo_module.pb.lock").exists()
 
 
@@ -460,6 +462,8 @@ def test_a_removal_that_fails_says_why_with_its_errno(tmp_path, immutable):
      "the lock age must be a number 0 or more, got -1.5"),
     (lambda s: plan_prune(s), "prune needs a size budget (max_disk_bytes / --max-size 5G) and/or "
                               "an age (older_than_days / --older-than-days 30)"),
+    (lambda s: apply_plan(plan_remove_failed(s), min_lock_age_s=-1),
+     "the lock age must be a number 0 or more, got -1"),
 ])
 def test_what_a_refusal_says(tmp_path, make, message):
     with pytest.raises(CompileCacheError) as err:
