@@ -229,10 +229,12 @@ def with_dist_info(site, name="torch_neuronx", version="2.9.0.2.11.19912"):
                      "not installed"),
     ("neuron, one core", "Backend: Neuron (Trainium NeuronCore through PyTorch/XLA) | torch "
                          "{torch}, torch-xla {xla}, torch-neuronx 2.9.0.2.11.19912 | NeuronCores "
-                         "visible: 1 | why: torch-neuronx is installed and NeuronCores are visible"),
+                         "visible: 1 | why: torch-neuronx is installed and NeuronCores are "
+                         "visible"),
     ("neuron, no core", "Backend: XLA on CPU (PJRT_DEVICE=CPU stand-in; no NeuronCore) | torch "
                         "{torch}, torch-xla {xla}, torch-neuronx 2.9.0.2.11.19912 | NeuronCores "
-                        "visible: 0 | why: torch-neuronx is installed but no NeuronCore is visible"),
+                        "visible: 0 | why: torch-neuronx is installed but no NeuronCore is "
+                        "visible"),
     ("forced", "Backend: XLA on CPU (PJRT_DEVICE=CPU stand-in; no NeuronCore) | torch {torch}, "
                "torch-xla {xla}, torch-neuronx 2.9.0.2.11.19912 | NeuronCores visible: 2 | why: "
                "PJRT_DEVICE=CPU was set (forces the stand-in)"),
@@ -284,8 +286,8 @@ def test_the_xla_stages_without_torch_xla_say_what_to_run(monkeypatch):
         select_xla_backend()
     assert str(err.value) == (
         "error: this stage runs on an XLA device (a NeuronCore, or PyTorch/XLA's CPU stand-in) and "
-        "torch-xla is not installed: run `make venv` (or pip install -r requirements.txt), or train "
-        "on the CPU with train_cpu.py.")
+        "torch-xla is not installed: run `make venv` (or pip install -r requirements.txt), or "
+        "train on the CPU with train_cpu.py.")
 
 
 def test_a_module_without_a_spec_is_not_taken_for_an_installed_package(monkeypatch):
@@ -327,5 +329,6 @@ def test_without_sysfs_the_dev_nodes_given_decide(tmp_path, select):
     dev = tmp_path / "dev"
     dev.mkdir()
     (dev / "neuron0").touch()
-    first, _ = select(sysfs=tmp_path / "nosys", dev_dir=dev, extra_path=fake_torch_neuronx(tmp_path))
+    first, _ = select(sysfs=tmp_path / "nosys", dev_dir=dev,
+                      extra_path=fake_torch_neuronx(tmp_path))
     assert first == "neuron NEURON 2"

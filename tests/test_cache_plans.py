@@ -312,7 +312,8 @@ def test_the_failed_entries_plan_reads(tree):
     failed = sorted(tree.key(label) for label in ("failed", "failed_with_link", "old_failed"))
     assert plan.render() == "\n".join([
         f"Plan: remove failed entries in {tree.root}", remove_line(plan),
-        *(item_line(scan, k, "failed compile (its cached failure blocks a retry)") for k in failed)])
+        *(item_line(scan, k, "failed compile (its cached failure blocks a retry)")
+          for k in failed)])
     assert plan.size_bytes == sum(scan.find(k).size_bytes for k in failed)
     assert plan.disk_bytes == sum(scan.find(k).disk_bytes for k in failed)
     assert plan.to_dict() == {
@@ -323,7 +324,8 @@ def test_the_failed_entries_plan_reads(tree):
                    "size_bytes": scan.find(k).size_bytes, "disk_bytes": scan.find(k).disk_bytes,
                    "expect_state": "failed"} for k in failed],
         "kept": [], "notes": []}
-    assert Plan("nothing", tree.root).render() == f"Plan: nothing in {tree.root}\n  nothing to remove"
+    assert Plan("nothing", tree.root).render() == (f"Plan: nothing in {tree.root}\n"
+                                                   "  nothing to remove")
 
 
 def test_the_stale_locks_plan_reads(tree):

@@ -1,14 +1,15 @@
 """helpers/setup/core_holders.py on fake /proc and /dev trees laid out as Linux lays them out
 (tests/proc_trees.py): who is found holding a Neuron device, in what order, which tools count as
 monitors, what a holder's environment says, and the exact words a learner reads when a notebook
-refuses to start (tests/test_neuron_env.py and tests/test_workbook.py check the checks built on it)."""
+refuses to start (tests/test_neuron_env.py and tests/test_workbook.py check the checks built on
+it)."""
 from __future__ import annotations
 
 import pytest
 
-from helpers.setup.core_holders import (CORE_RULE, DeviceHolder, HolderScan, busy_core_messages_text,
-                                        core_environment, holders_message, is_monitor,
-                                        neuron_device_holders)
+from helpers.setup.core_holders import (CORE_RULE, DeviceHolder, HolderScan,
+                                        busy_core_messages_text, core_environment,
+                                        holders_message, is_monitor, neuron_device_holders)
 from mnist_mlp.platform_paths import PLATFORM_ROOT_ENV
 from tests.proc_trees import KERNEL_CMDLINE, fake_process
 
@@ -53,7 +54,8 @@ def test_the_devices_default_to_the_platform_root(tmp_path, monkeypatch):
     proc = tmp_path / "proc"
     fake_process(proc, 7, KERNEL_CMDLINE, {5: platform / "dev" / "neuron0"})
     monkeypatch.setenv(PLATFORM_ROOT_ENV, str(platform))
-    assert [h.devices for h in neuron_device_holders(proc, self_pid=1).holders] == [("/dev/neuron0",)]
+    holders = neuron_device_holders(proc, self_pid=1).holders
+    assert [h.devices for h in holders] == [("/dev/neuron0",)]
 
 
 def test_a_monitors_environment_is_not_read(tmp_path, dev):

@@ -255,7 +255,8 @@ def test_on_neuron_a_worker_count_the_instance_lacks_stops_the_job_first(one_wor
     monkeypatch.setenv(PLATFORM_ROOT_ENV, str(neuron_host(tmp_path, *TRN1_2XLARGE)))
     neuron = Backend("neuron", "test", "2.9.0", "2.9.0", "2.9.0", 2)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    with pytest.raises(ValueError, match=r"^trn1.2xlarge supports 1, 2 worker\(s\) per node, not 4"):
+    with pytest.raises(ValueError, match=r"^trn1.2xlarge supports 1, 2 worker\(s\) per node, "
+                                         r"not 4"):
         data_parallel_setup(neuron)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert data_parallel_setup(neuron).world_size == 1
