@@ -1,5 +1,6 @@
 """Backend selection against real file layouts: a sysfs tree, /dev nodes, a DMI file, and a
 torch_neuronx package on the path, each built in the test."""
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -205,3 +206,135 @@ def test_a_refused_worker_count_names_every_supported_one():
         check_worker_count(3, "trn1.2xlarge")
     assert str(err.value) == ("trn1.2xlarge supports 1, 2 worker(s) per node, not 3: run torchrun "
                               "--nproc_per_node=N with N in {1, 2}.")
+
+
+# ---- the words a reader sees, and the edges of the core counts (docs/mutation-testing.md)
+
+TORCH = importlib.metadata.version("torch").split("+")[0]
+TORCH_XLA = importlib.metadata.version("torch-xla")
+
+
+def with_dist_info(site, name="torch_neuronx", version="2.9.0.2.11.19912"):
+    """The installed-package record pip writes beside a package: its version is read from it."""
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\n"
+                                   f"Version: {version}\n")
+    return site
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("stand-in", "Backend: XLA on CPU (PJRT_DEVICE=CPU stand-in; no NeuronCore) | torch {torch}, "
+                 "torch-xla {xla}, torch-neuronx not installed | NeuronCores visible: 0 | why: "
+                 "torch-neuronx is not installed (no Trainium here)"),
+    ("cpu stage", "Backend: plain PyTorch on CPU | torch {torch}, torch-xla {xla}, torch-neuronx "
+                  "not installed | NeuronCores visible: 0 | why: this stage trains with plain "
+                  "PyTorch on the CPU"),
+    ("no torch-xla", "Backend: plain PyTorch on CPU | torch {torch}, torch-xla {xla}, "
+                     "torch-neuronx not installed | NeuronCores visible: 0 | why: torch-xla is "
+                     "not installed"),
+    ("neuron, one core", "Backend: Neuron (Trainium NeuronCore through PyTorch/XLA) | torch "
+                         "{torch}, torch-xla {xla}, torch-neuronx 2.9.0.2.11.19912 | NeuronCores "
+                         "visible: 1 | why: torch-neuronx is installed and NeuronCores are "
+                         "visible"),
+    ("neuron, no core", "Backend: XLA on CPU (PJRT_DEVICE=CPU stand-in; no NeuronCore) | torch "
+                        "{torch}, torch-xla {xla}, torch-neuronx 2.9.0.2.11.19912 | NeuronCores "
+                        "visible: 0 | why: torch-neuronx is installed but no NeuronCore is "
+                        "visible"),
+    ("forced", "Backend: XLA on CPU (PJRT_DEVICE=CPU stand-in; no NeuronCore) | torch {torch}, "
+               "torch-xla {xla}, torch-neuronx 2.9.0.2.11.19912 | NeuronCores visible: 2 | why: "
+               "PJRT_DEVICE=CPU was set (forces the stand-in)"),
+])
+def test_each_backend_summary_word_for_word(case, expected, tmp_path, select, monkeypatch):
+    """The one line every notebook and script prints first. A torch build's local label
+    (+cu128, +cpu) is not shown; one visible NeuronCore is enough for Neuron."""
+    monkeypatch.setattr("torch.__version__", f"{TORCH}+cpu")
+    sysfs, nodev = make_sysfs(tmp_path / "sys", [2]), tmp_path / "nodev"
+    neuronx = with_dist_info(fake_torch_neuronx(tmp_path))
+    xla = TORCH_XLA
+    if case == "stand-in":
+        _, summary = select(**no_cores(tmp_path))
+    elif case == "cpu stage":
+        _, summary = select(False, **no_cores(tmp_path))
+    elif case == "no torch-xla":
+        monkeypatch.setitem(sys.modules, "torch_xla", None)
+        monkeypatch.setattr(importlib.metadata, "version", lambda name: None)
+        xla = "not installed"
+        _, summary = select(**no_cores(tmp_path))
+    elif case == "neuron, one core":
+        _, summary = select(sysfs=sysfs, dev_dir=nodev, extra_path=neuronx,
+                            env={"NEURON_RT_VISIBLE_CORES": "1"})
+    elif case == "neuron, no core":
+        _, summary = select(**no_cores(tmp_path), extra_path=neuronx)
+    else:
+        _, summary = select(sysfs=sysfs, dev_dir=nodev, extra_path=neuronx,
+                            env={"PJRT_DEVICE": "CPU"})
+    assert summary == expected.format(torch=TORCH, xla=xla)
+
+
+def test_a_torch_xla_started_for_another_device_is_refused_with_what_to_do(tmp_path, select,
+                                                                            monkeypatch):
+    if "torch_xla" not in sys.modules:
+        imported = types.ModuleType("torch_xla")
+        imported.__spec__ = importlib.util.find_spec("torch_xla")
+        monkeypatch.setitem(sys.modules, "torch_xla", imported)
+    with pytest.raises(RuntimeError) as err:
+        select(**no_cores(tmp_path), env={"PJRT_DEVICE": "neuron"})
+    assert str(err.value) == ("torch_xla was imported with PJRT_DEVICE=neuron; restart the kernel "
+                              "and call select_backend() first")
+
+
+def test_the_xla_stages_without_torch_xla_say_what_to_run(monkeypatch):
+    from mnist_mlp.common.backend import select_xla_backend
+
+    monkeypatch.setitem(sys.modules, "torch_xla", None)
+    with pytest.raises(SystemExit) as err:
+        select_xla_backend()
+    assert str(err.value) == (
+        "error: this stage runs on an XLA device (a NeuronCore, or PyTorch/XLA's CPU stand-in) and "
+        "torch-xla is not installed: run `make venv` (or pip install -r requirements.txt), or "
+        "train on the CPU with train_cpu.py.")
+
+
+def test_a_module_without_a_spec_is_not_taken_for_an_installed_package(monkeypatch):
+    """importlib raises ValueError for a module object in sys.modules that has no __spec__:
+    that is not an installed package to start a backend with."""
+    from mnist_mlp.common.backend import _installed
+
+    monkeypatch.setitem(sys.modules, "torch_neuronx", types.ModuleType("torch_neuronx"))
+    assert _installed("torch_neuronx") is False
+    assert _installed("torch") is True
+
+
+def test_core_counts_at_their_edges(tmp_path, monkeypatch):
+    """An unreadable core_count skips that device only; without sysfs, the /dev nodes given are
+    the ones counted; only 8-core (Trainium2/3) devices are grouped; counts are whole numbers;
+    the variables are read from the env given; a core index the machine lacks counts nothing."""
+    sysfs = tmp_path / "sys"
+    make_sysfs(sysfs, [2, 2])
+    (sysfs / "neuron0" / "core_count").write_text("unknown\n")
+    assert device_core_counts(sysfs, tmp_path / "nodev") == [2]
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("neuron0", "neuron1"):
+        (dev / name).touch()
+    nosys = tmp_path / "nosys"
+    assert logical_neuron_cores({}, nosys, dev) == visible_neuron_cores({}, nosys, dev) == 4
+    mixed = make_sysfs(tmp_path / "mixed", [8, 2])
+    assert logical_neuron_cores({}, mixed, dev) == 6
+    assert type(visible_neuron_cores({}, make_sysfs(tmp_path / "trn2", [8]), dev)) is int
+    monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
+    assert visible_neuron_cores({"NEURON_LOGICAL_NC_CONFIG": "1"}, tmp_path / "trn2", dev) == 8
+    one = make_sysfs(tmp_path / "one", [1])
+    assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "1"}, one, dev) == 0
+    assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "0"}, one, dev) == 1
+
+
+def test_without_sysfs_the_dev_nodes_given_decide(tmp_path, select):
+    """An old driver without the sysfs tree: select_backend counts the /dev nodes it is given."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "neuron0").touch()
+    first, _ = select(sysfs=tmp_path / "nosys", dev_dir=dev,
+                      extra_path=fake_torch_neuronx(tmp_path))
+    assert first == "neuron NEURON 2"

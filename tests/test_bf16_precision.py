@@ -1,4 +1,6 @@
-"""mnist_mlp/common/precision.py: stochastic rounding, the SGD variants for BF16, and the settings."""
+"""mnist_mlp/common/precision.py: stochastic rounding, the SGD variants for BF16, and the settings, on the
+CPU (their run on the stand-in XLA device is tests/test_bf16_precision_xla.py's: this file starts
+no XLA runtime, so make mutants runs it for each mutant cheaply)."""
 import pytest
 import torch
 
@@ -13,9 +15,6 @@ from mnist_mlp.common.precision import (
     with_auto_cast_none,
 )
 from mnist_mlp.model import MLP
-from tests.xla_stand_in import stand_in_device
-
-DEVICE = stand_in_device()  # at collection: tests/xla_stand_in.py says why
 
 STEP_AT_1 = 2.0 ** -7  # BF16's spacing in [1, 2); 2**-8 in [0.5, 1)
 
@@ -183,30 +182,68 @@ def test_describe_says_when_stochastic_rounding_is_emulated():
         describe("fp16", on_neuron=False)
 
 
-def test_on_xla_the_rounding_runs_in_the_step_graph():
-    """No host fallback (a bit cast would be one) and the same graph for every step."""
-    import torch_xla
-    import torch_xla.debug.metrics as met
+SR_ON = "the NeuronCore rounds stochastically (NEURON_RT_STOCHASTIC_ROUNDING_EN=1)"
+SR_EMULATED = ("stochastic rounding EMULATED in software in the SGD update: the CPU stand-in has "
+               "no such hardware (a NeuronCore does it when NEURON_RT_STOCHASTIC_ROUNDING_EN=1)")
+NEAREST = "round to nearest (NEURON_RT_STOCHASTIC_ROUNDING_EN=0)"
 
-    def fallbacks():  # torch_xla counts each op it ran on the host as aten::<op>
-        return {name: met.counter_value(name) for name in met.counter_names()
-                if name.startswith("aten::")}
 
-    torch.manual_seed(0)
-    model = MLP().to(torch.bfloat16).to(DEVICE)
-    optimizer = StochasticRoundingSGD(model.parameters(), lr=0.01)
-    x = torch.randn(32, 784).to(DEVICE, torch.bfloat16)
-    y = torch.randint(0, 10, (32,)).to(DEVICE)
-    torch_xla.sync()
-    before = fallbacks()
-    compiled = []
-    for _ in range(4):
-        optimizer.zero_grad()
-        torch.nn.functional.nll_loss(model(x).float(), y).backward()
-        optimizer.step()
-        torch_xla.sync()
-        compiled.append(met.counter_value("UncachedCompile") or 0)
-    assert compiled[1:] == [compiled[0]] * 3, compiled
-    new_fallbacks = {name: n for name, n in fallbacks().items() if n != before.get(name)}
-    assert new_fallbacks == {}, new_fallbacks
-    assert model.fc1.weight.dtype == torch.bfloat16 and model.fc1.weight.device.type == "xla"
+@pytest.mark.parametrize("precision, on_neuron, line", [
+    ("fp32", True, f"FP32 weights and activations, as train.py | {NEAREST}"),
+    ("bf16", False, f"BF16 weights, gradients and activations, loss in FP32 | {NEAREST}"),
+    ("bf16-sr", True, f"BF16 weights, gradients and activations, loss in FP32 | {SR_ON}"),
+    ("bf16-sr", False, f"BF16 weights, gradients and activations, loss in FP32 | {SR_EMULATED}"),
+    ("bf16-master", False, f"BF16 model, FP32 master weights in the optimizer, loss in FP32 | "
+                           f"{NEAREST}"),
+    ("autocast", True, "FP32 weights, forward pass under torch.autocast(bfloat16); NEURON_CC_FLAGS "
+                       f"gets --auto-cast=none | {NEAREST}"),
+])
+def test_each_precision_line_word_for_word(precision, on_neuron, line):
+    """The line train_bf16.py prints after the backend's: what the mode does, how it rounds."""
+    assert describe(precision, on_neuron=on_neuron) == f"Precision: {precision} | {line}"
+
+
+def test_the_deprecated_variables_message_word_for_word():
+    assert deprecated_bf16_env_error({"XLA_USE_BF16": "1", "XLA_DOWNCAST_BF16": "1"}) == (
+        "XLA_USE_BF16 and XLA_DOWNCAST_BF16 is set: deprecated since torch-xla 2.5, and it would "
+        "override --precision. Unset it (e.g. `unset XLA_USE_BF16 XLA_DOWNCAST_BF16`) and pick a "
+        "--precision mode.")
+
+
+def test_the_far_neighbour_is_taken_when_the_draw_is_below_the_chance():
+    """x halfway between two BF16 values: chance 1/2. A draw of exactly 1/2 keeps the nearest
+    (draws are uniform in [0, 1): P(draw < 1/2) is 1/2, P(draw <= 1/2) one float more)."""
+    x = torch.tensor([1 + STEP_AT_1 / 2])  # nearest (ties to even): 1.0; far: 1 + STEP_AT_1
+    below_half = torch.nextafter(torch.tensor([0.5]), torch.tensor([0.0]))
+    assert stochastic_round_to_bf16(x, torch.tensor([0.5])).item() == 1.0
+    assert stochastic_round_to_bf16(x, below_half).item() == 1 + STEP_AT_1
+
+
+def test_the_sgd_variants_take_their_learning_rate_seed_and_device():
+    """The lr given (not SGD's default), seed 0 unless told, the draws made on the parameters'
+    device (the meta device here: no data, only where tensors live)."""
+    weight = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+    optimizer = StochasticRoundingSGD([weight], lr=0.5)
+    weight.grad = torch.ones_like(weight)
+    optimizer.step()
+    assert weight.tolist() == [0.5] * 4  # exact in BF16: no rounding either way
+    assert small_updates(StochasticRoundingSGD, steps=20) == small_updates(
+        StochasticRoundingSGD, steps=20, seed=0)
+    on_meta = torch.nn.Parameter(torch.empty(3, dtype=torch.bfloat16, device="meta"))
+    assert StochasticRoundingSGD([on_meta], lr=0.1).state[on_meta]["draw_offsets"].is_meta
+    with pytest.raises(TypeError) as err:
+        StochasticRoundingSGD([torch.nn.Parameter(torch.ones(2, dtype=torch.float16))], lr=0.1)
+    assert str(err.value) == ("StochasticRoundingSGD updates BF16 parameters, got torch.float16: "
+                              "cast the model first (model.to(torch.bfloat16))")
+    with pytest.raises(ValueError) as err:
+        FP32MasterSGD([], lr=0.1)
+    assert str(err.value) == "FP32MasterSGD got no parameters"
+
+
+def test_cast_inputs_keeps_the_other_arguments():
+    class Scaled(torch.nn.Module):
+        def forward(self, x, scale, shift=0.0):
+            return x * scale + shift
+
+    out = cast_inputs_to(Scaled(), torch.bfloat16)(torch.ones(2), 3.0, 1.0)
+    assert out.dtype == torch.bfloat16 and out.tolist() == [4.0, 4.0]

@@ -1,5 +1,6 @@
-"""helpers/checks/expected.py: one place for backend-dependent values, each cited, the stand-in's measured;
-and no notebook asserts a backend-dependent quantity without it (issue 16.1)."""
+"""helpers/checks/expected.py: one place for backend-dependent values, each cited (the stand-in's
+measured in tests/test_expected_stand_in.py); and no notebook asserts a backend-dependent quantity
+without it (issue 16.1). Starts no XLA runtime: make mutants runs these for each mutant."""
 from __future__ import annotations
 
 import ast
@@ -8,20 +9,10 @@ import re
 import nbformat
 import pytest
 
-from helpers.checks.expected import (
-    BACKENDS,
-    DOCS,
-    Expected,
-    Fact,
-    add_quantity,
-    expected,
-)
+from helpers.checks.expected import BACKENDS, DOCS, Expected, Fact, add_quantity, expected
 from mnist_mlp.common.backend import Backend
 from mnist_mlp.common.paths import REPO_ROOT
 from mnist_mlp.common.precision import PRECISIONS
-from tests.xla_stand_in import stand_in_device
-
-DEVICE = stand_in_device()  # at collection: tests/xla_stand_in.py says why
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # What an assert may not compare with a literal: these differ between the stand-in and Neuron.
@@ -82,42 +73,6 @@ def test_add_quantity_registers_it_for_every_backend_once():
             expected(b).facts.pop("test_only_quantity")
 
 
-def test_stand_in_values_are_what_torch_xla_measures():
-    """On the stand-in: graphs per training loop, a new learning rate, and PyTorch 1.x's
-    zero_grad (zeroed, not None), which gives the two graphs of the AWS tutorial's log."""
-    import torch
-    import torch_xla
-    import torch_xla.debug.metrics as met
-
-    from mnist_mlp.model import MLP
-
-    compiles = lambda: int(met.counter_value("UncachedCompile") or 0)  # noqa: E731
-    batch = 27  # a batch size no other test of this process trains with: graphs of its own
-    x = torch.randn(batch, 784).to(DEVICE)
-    y = torch.randint(0, 10, (batch,)).to(DEVICE)
-    measured = {}
-    for case, set_to_none, lrs in (("loop", True, (0.01,) * 3), ("lr", True, (0.05,) * 2),
-                                   ("zeroed", False, (0.01,) * 3)):
-        torch.manual_seed(0)
-        model = MLP().to(DEVICE)
-        optimizer = torch.optim.SGD(model.parameters(), lr=lrs[0])
-        before = compiles()
-        for lr in lrs:
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.zero_grad(set_to_none=set_to_none)
-            torch.nn.functional.nll_loss(model(x), y).backward()
-            optimizer.step()
-            torch_xla.sync()
-        measured[case] = compiles() - before
-    stand_in = expected("xla-cpu")
-    assert measured["loop"] in stand_in.train_graphs, measured  # one graph for every step
-    assert (measured["lr"] > 0) == stand_in.lr_change_recompiles, measured  # 0.05: device data
-    # set_to_none=False: step 1 traces the graph "loop" already compiled, later steps a second.
-    assert measured["zeroed"] == 1, measured
-    assert 2 in expected("neuron").train_graphs
-
-
 def assert_lines(path):
     """(cell number among code cells, assert source) for every assert in a notebook."""
     nb = nbformat.read(path, as_version=4)
@@ -154,3 +109,40 @@ def test_the_checker_catches_a_literal():
     assert all(BACKEND_QUANTITY.search(t) and "expect." not in t for t in tests)
     assert FORBIDDEN[0].search(tests[0]) and FORBIDDEN[1].search(tests[1])
     assert isinstance(expected("cpu"), Expected)
+
+
+def test_claims_print_word_for_word():
+    """What a notebook prints with describe()/source(): ranges as 'a to b', sets joined with
+    'or', a source without 'inferred from' unless the value was inferred."""
+    neuron, stand_in = expected("neuron"), expected("xla-cpu")
+    assert neuron.describe("neuron_cores_visible").startswith("1 to 128 on neuron (")
+    assert stand_in.describe("precompile_mode") == (
+        "stand-in on xla-cpu (no neuron_parallel_compile without Neuron: "
+        "helpers/cache/precompile.py runs the trial alone)")
+    assert neuron.source("precompile_mode") == neuron.facts["precompile_mode"].source
+    assert neuron.source("train_graphs") == "inferred from " + neuron.facts["train_graphs"].source
+
+
+def test_an_unknown_quantity_is_named_with_the_known_ones():
+    known = ", ".join(sorted(expected("cpu").facts))
+    for ask in (lambda e: e.source("graphs"), lambda e: e.inferred("graphs"),
+                lambda e: e.describe("graphs"), lambda e: e.graphs):
+        with pytest.raises(AttributeError) as err:
+            ask(expected("cpu"))
+        assert str(err.value) == (f"helpers.checks.expected has no quantity 'graphs'; known: "
+                                  f"{known} (add it, with its source, there)")
+    with pytest.raises(ValueError) as err:
+        expected("gpu")
+    assert str(err.value) == ("unknown backend 'gpu': pass a mnist_mlp.common.backend.Backend or one of "
+                              "neuron, xla-cpu, cpu")
+
+
+def test_expected_values_copy_like_any_value():
+    """copy and pickle build the object before its facts are set: asking it for an attribute
+    then must be a plain AttributeError, not a crash."""
+    import copy
+    import pickle
+
+    for backend in BACKENDS:
+        assert copy.copy(expected(backend)) == expected(backend)
+        assert pickle.loads(pickle.dumps(expected(backend))) == expected(backend)

@@ -2,10 +2,11 @@
 
 A notebook asks `expect = expected(backend)` and asserts `run.graphs_compiled in
 expect.train_graphs`, never a literal: a literal measured on the CPU stand-in is a failure
-waiting for a learner on a trn1. Stand-in values are measured here (tests/test_expected.py and
-the notebooks re-check them); Neuron values cite the Neuron docs of the pinned release, and say
-"inferred" where no published log shows the number itself. `expect.source(name)` returns that
-citation, `expect.describe(name)` the value with it, for a printed claim.
+waiting for a learner on a trn1. Stand-in values are measured here
+(tests/test_expected_stand_in.py and the notebooks re-check them); Neuron values cite the Neuron
+docs of the pinned release, and say "inferred" where no published log shows the number itself.
+`expect.source(name)` returns that citation, `expect.describe(name)` the value with it, for a
+printed claim.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ BERT_TUTORIAL = DOCS + "frameworks/torch/torch-neuronx/tutorials/training/bert.h
 PARALLEL_COMPILE = (DOCS + "frameworks/torch/torch-neuronx/api-reference-guide/training/"
                     "pytorch-neuron-parallel-compile.html")
 RUNTIME_CONFIG = DOCS + "neuron-runtime/guides/configuration-guide.html"
-STAND_IN = "measured on the CPU stand-in (PJRT_DEVICE=CPU, torch-xla 2.9.0); tests/test_expected.py"
+STAND_IN = ("measured on the CPU stand-in (PJRT_DEVICE=CPU, torch-xla 2.9.0); "
+            "tests/test_expected_stand_in.py")
 BACKENDS = ("neuron", "xla-cpu", "cpu")
 
 
