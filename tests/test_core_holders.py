@@ -131,3 +131,16 @@ def test_the_refusal_a_learner_reads():
         "free it: if it is another notebook's kernel, shut it down in JupyterLab ('Running "
         "Terminals and Kernels' in the left sidebar); otherwise end it (`kill 100 200`) or wait "
         "for it to finish. Then run this cell again.")
+
+
+def test_a_running_neuron_top_is_a_holder_named_with_the_guides_advice(tmp_path, dev):
+    """The troubleshooting guide: "terminate any neuron-top sessions that are running" when cores
+    are not available (docs/sources.md)."""
+    proc = tmp_path / "proc"
+    fake_process(proc, 7, ["/opt/aws/neuron/bin/neuron-top"], {3: dev / "neuron0"})
+    (holder,) = neuron_device_holders(proc, dev, self_pid=1).holders
+    assert not holder.is_monitor
+    assert holder.describe() == (
+        'pid 7, neuron-top, has /dev/neuron0 open (the Neuron troubleshooting guide says to '
+        '"terminate any neuron-top sessions that are running" when NeuronCores are not '
+        'available): /opt/aws/neuron/bin/neuron-top')

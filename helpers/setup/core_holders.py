@@ -147,12 +147,15 @@ class HolderScan:
         return [h for h in self.core_holders if not h.is_this_process]
 
 
-def _tool_name(argv: list[str]) -> str:
-    """argv[0]'s name, or a Python script's (argv[1]) when argv[0] is python."""
-    if not argv:
-        return ""
+def _tool(argv: list[str]) -> tuple[int, str]:
+    """Where the tool's name is in argv, and the name: argv[0]'s, or a Python script's (argv[1])
+    when argv[0] is python."""
     start = 1 if os.path.basename(argv[0]).startswith("python") and len(argv) > 1 else 0
-    return os.path.basename(argv[start])
+    return start, os.path.basename(argv[start])
+
+
+def _tool_name(argv: list[str]) -> str:
+    return _tool(argv)[1] if argv else ""
 
 
 def is_monitor(argv: list[str]) -> bool:
@@ -160,8 +163,7 @@ def is_monitor(argv: list[str]) -> bool:
     script's is argv[1]'s), or a profiler whose subcommand is not `capture`."""
     if not argv:
         return False
-    start = 1 if os.path.basename(argv[0]).startswith("python") and len(argv) > 1 else 0
-    name = _tool_name(argv)
+    start, name = _tool(argv)
     if name in MONITORS:
         return True
     if name in PROFILERS:
