@@ -102,9 +102,7 @@ def main(argv=None):
     # per-device queues at the first backward, and a device that appears later fails its own.
     backend = select_xla_backend()
     xla_device = backend.device
-    from mnist_mlp import (
-        train as xla_stage,  # its train(); the script re-selects the same backend
-    )
+    from mnist_mlp import train as xla_stage  # its train(); the script re-selects the same backend
 
     root = ensure_mnist(args.data_dir, progress=False)
 

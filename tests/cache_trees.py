@@ -8,13 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.cache.demo import (
-    DEMO_ENTRIES,
-    DEMO_LEGACY_VERSION,
-    DEMO_OLD_VERSION,
-    DEMO_VERSION,
-    build_demo_cache,
-)
+from helpers.cache.demo import DEMO_ENTRIES, DEMO_LEGACY_VERSION, DEMO_OLD_VERSION, DEMO_VERSION, build_demo_cache
 
 CURRENT, OLD, LEGACY = DEMO_VERSION, DEMO_OLD_VERSION, DEMO_LEGACY_VERSION
 CUR_DIR = f"neuronxcc-{CURRENT}"

@@ -17,12 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.architecture_page import (
-    PRODUCT_ROOTS,
-    STANDARD_LIBRARY,
-    module_files,
-    read_page,
-)
+from tests.architecture_page import PRODUCT_ROOTS, STANDARD_LIBRARY, module_files, read_page
 from tests.paths import REPO_ROOT
 
 MAX_LINES = 300

@@ -6,12 +6,7 @@ import torch
 from mnist_mlp.common.precision import PRECISIONS
 from tests.paths import REPO_ROOT
 from tests.script_runs import LONG_STEPS
-from tests.test_scripts import (
-    assert_no_deprecation_warning,
-    assert_sample_lines_in_order,
-    forbidden,
-    stage_main,
-)
+from tests.test_scripts import assert_no_deprecation_warning, assert_sample_lines_in_order, forbidden, stage_main
 
 BF16_WEIGHTS = {"fp32": False, "bf16": True, "bf16-sr": True, "bf16-master": True,
                 "autocast": False}

@@ -7,24 +7,12 @@ import tarfile
 
 import pytest
 
-from helpers.cache.archive import (
-    MANIFEST_FORMAT,
-    MANIFEST_NAME,
-    UnsafeArchiveError,
-    export_cache,
-)
+from helpers.cache.archive import MANIFEST_FORMAT, MANIFEST_NAME, UnsafeArchiveError, export_cache
 from helpers.cache.archive_import import import_cache
 from helpers.cache.demo import neff_bytes
 from helpers.cache.location import CompileCacheError, RemoteCacheError
 from helpers.cache.scan import scan_cache
-from tests.cache_trees import (
-    CUR_DIR,
-    ENTRIES,
-    OLD,
-    OLD_DIR,
-    build_cache_tree,
-    tree_files,
-)
+from tests.cache_trees import CUR_DIR, ENTRIES, OLD, OLD_DIR, build_cache_tree, tree_files
 
 
 def test_export_import_round_trip(tree, tmp_path):

@@ -14,6 +14,11 @@ from helpers.cache.scan import scan_cache
 from mnist_mlp.common.paths import REPO_ROOT as REPO
 from tests.cache_trees import CUR_DIR, OLD, OLD_DIR
 
+# Whether a compiler runs on this machine decides what a lock removal may do (no lock is stale
+# while one runs); the trn1 double's pass starts neuron_parallel_compile, so these tests run on
+# its worker, after it or before it, never beside it.
+pytestmark = pytest.mark.xdist_group("trn1-double")
+
 
 def cli(*args, env=None, prefix=(), timeout=60):
     full_env = {k: v for k, v in os.environ.items()

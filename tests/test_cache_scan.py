@@ -12,13 +12,7 @@ import pytest
 from helpers.cache.demo import DEMO_BIG_NEFF, DEMO_FLAGS, build_demo_cache, neff_bytes
 from helpers.cache.entry import LOG_TAIL_LINES, NEFF_HEADER, neff_kind
 from helpers.cache.flags import FlagsError
-from helpers.cache.location import (
-    DEFAULT_ROOT,
-    CacheLocation,
-    CompileCacheError,
-    RemoteCacheError,
-    locate_cache,
-)
+from helpers.cache.location import DEFAULT_ROOT, CacheLocation, CompileCacheError, RemoteCacheError, locate_cache
 from helpers.cache.plans import (
     UNKNOWN_KEPT,
     plan_clear_stale_locks,

@@ -4,13 +4,7 @@ from datetime import datetime
 
 import pytest
 
-from helpers.setup.checklist import (
-    FAIL_COLOUR,
-    OK_COLOUR,
-    Checklist,
-    CheckResult,
-    summary_html,
-)
+from helpers.setup.checklist import FAIL_COLOUR, OK_COLOUR, Checklist, CheckResult, summary_html
 
 SUMMARY = re.compile(r"checked at (\d\d:\d\d:\d\d): (\d+) of (\d+) OK")
 

@@ -10,12 +10,7 @@ import pytest
 
 from helpers.classroom.graph_log import GraphDumps, hlo_dump_env, read_fingerprints
 from helpers.classroom.graph_record import describe_uncovered, read_record, uncovered
-from helpers.classroom.notebook_pass import (
-    build_classroom_cache,
-    check_pass,
-    graph_pass,
-    record_notebooks,
-)
+from helpers.classroom.notebook_pass import build_classroom_cache, check_pass, graph_pass, record_notebooks
 from helpers.inside.lazy_metrics import graph_hashes
 from helpers.launch.processes import run_streaming
 from tests.browser.conftest import kernel_env

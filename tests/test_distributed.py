@@ -8,11 +8,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from helpers.launch.processes import free_port
-from mnist_mlp.common.distributed import (
-    average_gradients,
-    check_replicas_equal,
-    gather_objects,
-)
+from mnist_mlp.common.distributed import average_gradients, check_replicas_equal, gather_objects
 from mnist_mlp.model import MLP
 from tests.built_once import built_once
 

@@ -4,12 +4,7 @@ import json
 
 import pytest
 
-from helpers.classroom.graph_log import (
-    GraphDumps,
-    hlo_dump_env,
-    hlo_fingerprint,
-    read_fingerprints,
-)
+from helpers.classroom.graph_log import GraphDumps, hlo_dump_env, hlo_fingerprint, read_fingerprints
 from helpers.classroom.graph_record import (
     RECORD,
     GraphRecord,

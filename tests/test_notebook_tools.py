@@ -330,13 +330,7 @@ def run_recorder_probe(directory):
     import torch
     import torch_xla
 
-    from helpers.inside.lazy_metrics import (
-        CompileMetricsRecorder,
-        compiled_steps,
-        hlo_ops,
-        hlo_text,
-        ir_text,
-    )
+    from helpers.inside.lazy_metrics import CompileMetricsRecorder, compiled_steps, hlo_ops, hlo_text, ir_text
     from mnist_mlp.model import MLP
 
     device = DEVICE

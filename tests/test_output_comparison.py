@@ -9,14 +9,7 @@ import nbformat
 import pytest
 
 from tests.machine_values import find_varying, fixed_text
-from tests.notebook_outputs import (
-    OutputMismatch,
-    code_cells,
-    compare_cell,
-    outputs_mode,
-    read_notebook,
-    read_sanitizer,
-)
+from tests.notebook_outputs import OutputMismatch, code_cells, compare_cell, outputs_mode, read_notebook, read_sanitizer
 from tests.paths import REPO_ROOT
 
 SANITIZER = read_sanitizer(REPO_ROOT / "tests" / "nbval_sanitize.cfg")

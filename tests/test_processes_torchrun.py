@@ -8,12 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.launch.processes import (
-    CommandFailed,
-    CommandTimedOut,
-    lines_by_rank,
-    run_streaming,
-)
+from helpers.launch.processes import CommandFailed, CommandTimedOut, lines_by_rank, run_streaming
 from helpers.launch.torchrun import run_torchrun, torchrun_argv, torchrun_command_line
 from tests.paths import REPO_ROOT
 

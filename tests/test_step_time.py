@@ -9,13 +9,7 @@ from tests.xla_stand_in import stand_in_device
 
 stand_in_device()
 
-from helpers.inside.step_time import (  # noqa: E402
-    PARTS,
-    StepTimeRecorder,
-    plot_step_breakdown,
-    summarize,
-    train_step,
-)
+from helpers.inside.step_time import PARTS, StepTimeRecorder, plot_step_breakdown, summarize, train_step  # noqa: E402
 
 
 @pytest.fixture

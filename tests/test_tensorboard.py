@@ -15,13 +15,7 @@ import urllib.parse
 import psutil
 import pytest
 
-from helpers.inside.tensorboard import (
-    LOSS_TAG,
-    TensorBoard,
-    TensorBoardError,
-    step_names,
-    trace_viewer_path,
-)
+from helpers.inside.tensorboard import LOSS_TAG, TensorBoard, TensorBoardError, step_names, trace_viewer_path
 from tests.paths import REPO_ROOT
 
 pytestmark = pytest.mark.e2e

@@ -8,11 +8,7 @@ import sys
 import pytest
 
 import helpers.setup.notebook_kernel as workbook
-from helpers.setup.core_holders import (
-    BUSY_CORE_MESSAGES,
-    CORE_RULE,
-    neuron_device_holders,
-)
+from helpers.setup.core_holders import BUSY_CORE_MESSAGES, CORE_RULE, neuron_device_holders
 from helpers.setup.notebook_kernel import (
     NeuronCoresHeld,
     refuse_other_holders,

@@ -15,14 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.template import (
-    TEMPLATE,
-    USER_DATA,
-    embedded_user_data,
-    lab_resources,
-    load,
-    synced_text,
-)
+from deploy.template import TEMPLATE, USER_DATA, embedded_user_data, lab_resources, load, synced_text
 from tests.paths import REPO_ROOT
 
 SOURCES = (REPO_ROOT / "docs" / "sources.md").read_text()

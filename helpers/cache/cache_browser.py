@@ -10,12 +10,7 @@ import re
 import ipywidgets as W
 
 from helpers.cache import plans, removal
-from helpers.cache.location import (
-    CompileCacheError,
-    installed_compiler_version,
-    same_compiler_version,
-    version_order,
-)
+from helpers.cache.location import CompileCacheError, installed_compiler_version, same_compiler_version, version_order
 from helpers.cache.render import render_entry
 from helpers.cache.scan import LOCK_STALE_AFTER_S, STATES, CacheScan, scan_cache
 from helpers.cache.units import human_bytes, parse_size

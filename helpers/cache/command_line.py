@@ -13,12 +13,7 @@ import sys
 from helpers.cache import archive, archive_import, plans, removal
 from helpers.cache.entry import STATES
 from helpers.cache.flags import FlagsError
-from helpers.cache.location import (
-    CACHE_URL_ENV,
-    DEFAULT_ROOT,
-    CompileCacheError,
-    locate_cache,
-)
+from helpers.cache.location import CACHE_URL_ENV, DEFAULT_ROOT, CompileCacheError, locate_cache
 from helpers.cache.render import render_entry, render_scan
 from helpers.cache.scan import LOCK_STALE_AFTER_S, scan_cache
 from helpers.cache.units import parse_size

@@ -7,18 +7,7 @@ import os
 import ipywidgets as W
 
 from helpers.cache import flags as cache_flags
-from helpers.cache.widget_parts import (
-    ERROR,
-    FULL,
-    LABEL,
-    NOTE,
-    OK,
-    UNSET,
-    button,
-    coloured,
-    row_layout,
-    with_text,
-)
+from helpers.cache.widget_parts import ERROR, FULL, LABEL, NOTE, OK, UNSET, button, coloured, row_layout, with_text
 
 
 class FlagsEditor:

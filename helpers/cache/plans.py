@@ -13,11 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from helpers.cache.entry import Entry
-from helpers.cache.location import (
-    CompileCacheError,
-    installed_compiler_version,
-    same_compiler_version,
-)
+from helpers.cache.location import CompileCacheError, installed_compiler_version, same_compiler_version
 from helpers.cache.scan import LOCK_STALE_AFTER_S, CacheScan
 from helpers.cache.units import SizeTotals, human_bytes, iso_time, reason_dicts, report
 from helpers.launch.procfs import PROC_DIR, process_cmdline

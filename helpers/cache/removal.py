@@ -11,14 +11,7 @@ from pathlib import Path
 
 from helpers.cache.entry import layout_of, scan_entry
 from helpers.cache.location import CompileCacheError
-from helpers.cache.plans import (
-    DONE_MARKER,
-    Plan,
-    check_amount,
-    compiler_processes,
-    compilers_note,
-    lock_is_stale,
-)
+from helpers.cache.plans import DONE_MARKER, Plan, check_amount, compiler_processes, compilers_note, lock_is_stale
 from helpers.cache.scan import LOCK_STALE_AFTER_S
 from helpers.cache.units import human_bytes, reason_dicts, report
 

@@ -21,12 +21,7 @@ from helpers.cache.entry import (
     Entry,
     scan_entry,
 )
-from helpers.cache.location import (
-    PROC_MOUNTS,
-    CompileCacheError,
-    on_network_filesystem,
-    open_root,
-)
+from helpers.cache.location import PROC_MOUNTS, CompileCacheError, on_network_filesystem, open_root
 from helpers.cache.units import SizeTotals, human_bytes, iso_time
 
 LOCK_STALE_AFTER_S = 30 * 60

@@ -145,12 +145,7 @@ def record_notebooks(repo: Path = REPO_ROOT, *, notebooks: list[Path] | None = N
                      on_line: Callable[[str], object] = print) -> int:
     """`make notebooks`: re-execute the notebooks in place, in order, then the exercise
     solutions, and write the graphs they compiled into the committed record."""
-    from helpers.classroom.graph_record import (
-        GraphRecord,
-        installed_torch_xla,
-        kernel_backend,
-        write_record,
-    )
+    from helpers.classroom.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
 
     record = record or repo / "notebooks" / "classroom_graphs.json"
     backend = kernel_backend()
@@ -187,12 +182,7 @@ def build_classroom_cache(archive: Path, *, repo: Path = REPO_ROOT, backend: str
     """
     from helpers.cache import flags
     from helpers.cache.command_line import main as cache_cli
-    from helpers.classroom.graph_record import (
-        GraphRecord,
-        installed_torch_xla,
-        kernel_backend,
-        write_record,
-    )
+    from helpers.classroom.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
 
     backend = backend or kernel_backend()
     on_neuron = backend == "neuron"

@@ -263,9 +263,7 @@ class UtilizationMonitor:
         return out
 
     def figure(self):
-        from matplotlib.figure import (
-            Figure,  # not pyplot: drawn from a thread, no GUI needed
-        )
+        from matplotlib.figure import Figure  # not pyplot: drawn from a thread, no GUI needed
 
         fig = Figure(figsize=(7.6, 2.6))
         busy_ax, memory_ax = fig.subplots(1, 2)

@@ -7,18 +7,8 @@ from pathlib import Path
 
 from helpers.launch.processes import KERNEL_ONLY, venv_bin_first
 from helpers.launch.procfs import PROC_DIR
-from helpers.setup.core_holders import (
-    CORE_RULE,
-    DeviceHolder,
-    holders_message,
-    neuron_device_holders,
-)
-from mnist_mlp.common.backend import (
-    Backend,
-    parse_core_list,
-    select_backend,
-    visible_neuron_cores,
-)
+from helpers.setup.core_holders import CORE_RULE, DeviceHolder, holders_message, neuron_device_holders
+from mnist_mlp.common.backend import Backend, parse_core_list, select_backend, visible_neuron_cores
 from mnist_mlp.common.platform_paths import dev_dir
 from mnist_mlp.common.startup import freeze_startup_objects
 

@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mnist_mlp.common.platform_paths import dev_dir as platform_dev_dir
-from mnist_mlp.common.platform_paths import (
-    dmi_product_name as platform_dmi_product_name,
-)
+from mnist_mlp.common.platform_paths import dmi_product_name as platform_dmi_product_name
 from mnist_mlp.common.platform_paths import neuron_sysfs as platform_neuron_sysfs
 
 # Worker counts (logical NeuronCores used by one torchrun job) each instance type supports, from

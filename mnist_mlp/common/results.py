@@ -13,11 +13,7 @@ import torch
 from mnist_mlp.common.atomic_files import atomic_save, atomic_write_json
 from mnist_mlp.common.evaluation import evaluate, report_accuracy
 from mnist_mlp.common.paths import default_checkpoint_dir
-from mnist_mlp.common.tracking import (
-    StepTracker,
-    TrainingDiverged,
-    print_training_result,
-)
+from mnist_mlp.common.tracking import StepTracker, TrainingDiverged, print_training_result
 
 RESULTS_GLOB = "results_*.json"
 

@@ -21,12 +21,7 @@ from helpers.classroom.graph_log import GraphDumps
 from helpers.classroom.notebook_pass import workbook_notebooks
 from tests.browser.find_browser import find_chromium, in_ci, profile_parent
 from tests.browser.lab_page import NotebookRun, open_page, run_notebook
-from tests.browser.lab_server import (
-    CHROMIUM_ARGS,
-    LabServer,
-    browser_problem,
-    make_workspace,
-)
+from tests.browser.lab_server import CHROMIUM_ARGS, LabServer, browser_problem, make_workspace
 from tests.paths import REPO_ROOT
 
 NOTEBOOK_TIMEOUT_S = float(os.environ.get("BROWSER_TEST_NOTEBOOK_TIMEOUT", "900"))

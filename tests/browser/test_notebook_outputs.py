@@ -7,13 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.notebook_outputs import (
-    code_cells,
-    compare_cell,
-    outputs_mode,
-    read_notebook,
-    read_sanitizer,
-)
+from tests.notebook_outputs import code_cells, compare_cell, outputs_mode, read_notebook, read_sanitizer
 from tests.paths import REPO_ROOT
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

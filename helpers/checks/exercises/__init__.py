@@ -7,15 +7,8 @@ from helpers.checks.exercises.bf16_rounding import (  # noqa: F401
     largest_surviving_exponent,
     repeated_small_adds,
 )
-from helpers.checks.exercises.compile_cache import (  # noqa: F401
-    CACHE_KEY_ANSWERS,
-    check_cache_dir_flag,
-    check_cache_key,
-)
-from helpers.checks.exercises.data_parallel import (  # noqa: F401
-    check_distributed_sampler,
-    check_torchrun_standalone,
-)
+from helpers.checks.exercises.compile_cache import CACHE_KEY_ANSWERS, check_cache_dir_flag, check_cache_key  # noqa: F401
+from helpers.checks.exercises.data_parallel import check_distributed_sampler, check_torchrun_standalone  # noqa: F401
 from helpers.checks.exercises.feedback import NOT_YET, RIGHT, WRONG, Feedback  # noqa: F401
 from helpers.checks.exercises.inside_and_payoff import (  # noqa: F401
     check_compile_counters,

@@ -1,14 +1,7 @@
 """Notebook 05: BF16's smallest surviving update, repeated small adds under two roundings."""
 from __future__ import annotations
 
-from helpers.checks.exercises.feedback import (
-    NOT_YET,
-    RIGHT,
-    WRONG,
-    Feedback,
-    judge_exact,
-    number,
-)
+from helpers.checks.exercises.feedback import NOT_YET, RIGHT, WRONG, Feedback, judge_exact, number
 
 
 def largest_surviving_exponent() -> int:

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers.checks.exercises.feedback import (
-    NOT_YET,
-    RIGHT,
-    WRONG,
-    Feedback,
-    judge_exact,
-    number,
-)
+from helpers.checks.exercises.feedback import NOT_YET, RIGHT, WRONG, Feedback, judge_exact, number
 
 
 def check_compile_counters(compiles, compile_seconds) -> Feedback:

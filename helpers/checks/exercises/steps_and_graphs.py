@@ -3,14 +3,7 @@ from __future__ import annotations
 
 import math
 
-from helpers.checks.exercises.feedback import (
-    NOT_YET,
-    RIGHT,
-    WRONG,
-    Feedback,
-    judge_exact,
-    number,
-)
+from helpers.checks.exercises.feedback import NOT_YET, RIGHT, WRONG, Feedback, judge_exact, number
 
 
 def check_steps_per_epoch(predicted, batch_size: int, data_dir=None) -> Feedback:
