@@ -100,22 +100,12 @@ def _gloo_group():
 
 def reduce_gradients(optimizer, groups=None, pin_layout=True):
     """docs/sources.md, "xm.optimizer_step all-reduces the gradients across workers": the
-    average over torchrun's workers (here over gloo, as the CPU client cannot)."""
-    import torch
-    import torch.distributed as dist
+    average over torchrun's workers, by the stand-in's own gloo average (the CPU client cannot)."""
+    from mnist_mlp.common.distributed import average_gradients
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return
-    grads = [p.grad for group in optimizer.param_groups for p in group["params"]
-             if p.grad is not None]
-    flat = torch.cat([g.detach().reshape(-1) for g in grads]).cpu()
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=_gloo_group())
-    flat /= world
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g).to(g.device))
-        offset += g.numel()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        average_gradients([p for group in optimizer.param_groups for p in group["params"]],
+                          _gloo_group())
 
 
 def install() -> None:
