@@ -11,6 +11,7 @@
 #   make notebooks  re-execute the notebooks in place on this machine, committing-ready, and
 #                   record the graphs they compile (notebooks/classroom_graphs.json)
 #   make browser    Chromium and the emoji font for the browser test, when missing (make test runs it)
+#   make scanner    checkov, the IaC security scanner of the workshop template, in build/scanner-venv
 #   make reset      notebooks back to their committed state, checkpoints/results removed (data kept)
 #   make classroom-cache                  run every notebook into one compile cache, one archive
 #   make classroom-check                  a student's pass: does it compile a graph the cache lacks?
@@ -41,8 +42,10 @@ LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # (browser run, then output comparison) on one, everything else on the other.
 PYTEST_ARGS ?=
 CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
+# checkov's own venv (requirements-scanner.txt says why not .venv); tests find it there.
+SCANNER_VENV ?= build/scanner-venv
 
-.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser reset classroom-cache classroom-check classroom-import
+.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser scanner reset classroom-cache classroom-check classroom-import
 
 venv: $(STAMP)
 
@@ -72,10 +75,10 @@ lab: data
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
 	    --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
-test: data browser
+test: data browser scanner
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS) tests
 
-test-quick: data
+test-quick: data scanner
 	$(PY) -m pytest -m "not e2e" -n 2 -q --durations=5 $(PYTEST_ARGS) tests
 
 # ruff over the code, the tests and the notebooks (tests/test_lint.py runs it in both suites).
@@ -111,6 +114,15 @@ notebooks: data
 # Playwright drives that Chromium and downloads no browser of its own.
 browser:
 	@bash tests/browser/install_browser.sh
+
+# checkov pinned in requirements-scanner.txt, in a venv of its own; again only when that file changes.
+scanner: $(SCANNER_VENV)/.requirements-stamp
+
+$(SCANNER_VENV)/.requirements-stamp: requirements-scanner.txt
+	rm -rf $(SCANNER_VENV)
+	$(PYTHON) -m venv $(SCANNER_VENV)
+	$(SCANNER_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-scanner.txt
+	@touch $@
 
 # Shows what it restores and removes first; keeps data/, .venv/ and notebooks you created.
 reset:

@@ -36,9 +36,15 @@ def lab_resources(template: dict) -> dict[str, dict]:
     return dict(fragment)
 
 
+def lab_instance(template: dict) -> dict:
+    """The one instance a seat has, as written inside Fn::ForEach::Labs."""
+    (lab,) = [r for r in lab_resources(template).values() if r["Type"] == "AWS::EC2::Instance"]
+    return lab
+
+
 def embedded_user_data(template: dict) -> tuple[str, str]:
     """(the header the stack fills in with Fn::Sub, the script that follows it) of a lab."""
-    (lab,) = lab_resources(template).values()
+    lab = lab_instance(template)
     header, body = lab["Properties"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
     return header["Fn::Sub"], body
 

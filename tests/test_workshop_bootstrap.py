@@ -2,10 +2,12 @@
 template gives it): on a simulated Neuron DLAMI (tests/workshop_machine.py), from a clone of this
 checkout, up to a real JupyterLab from the lab's venv answering on 127.0.0.1 with the token it
 published, the classroom cache (made by this workbook's own export) imported, the idle-stop unit's
-own command run against that JupyterLab, and cfn-signal sent with success. A DLAMI of other
-versions, or none, fails the signal with the reason in the lab's log.
+own command run against that JupyterLab, and SUCCESS signalled to the wait condition. A failure at
+each boot step (installing the AWS CLI, the clone, the DLAMI and its pins, the cache import)
+signals FAILURE at once, with its reason, to the same URL.
 
-What stands in for AWS and systemd is on PATH only: cfn-signal, aws, systemctl. The user data's
+What stands in for AWS and systemd: `aws` and `systemctl` on PATH, and for the wait condition
+handle's presigned URL an HTTP server on 127.0.0.1 (tests/workshop_machine.py). The user data's
 seams (LAB_USER, LAB_DLAMI_VENV, LAB_REPO_DIR, LAB_LOG, and bootstrap's LAB_PORT, LAB_CONFIG_DIR,
 LAB_SYSTEMD_DIR) point the rest into a temp directory (docs/workshop-stack.md)."""
 from __future__ import annotations
@@ -32,6 +34,7 @@ from helpers.cache.demo import build_demo_cache
 from helpers.cache.scan import scan_cache
 from tests.workshop_machine import (
     NEURON_PACKAGES,
+    SignalServer,
     recorded_calls,
     stop_units,
     write_commands,
@@ -53,11 +56,13 @@ def free_port() -> int:
 def user_data(values: dict[str, str]) -> str:
     """The template's user data for one seat, Fn::Sub done as CloudFormation does it."""
     header, body = embedded_user_data(load())
+    header = header.replace("${Seat}", values["Seat"])  # Fn::ForEach's part, then Fn::Sub's
     filled = re.sub(r"\$\{([^}!]+)\}", lambda m: values[m.group(1)], header)
     return filled + body
 
 
-def boot(tmp_path: Path, mnist_root, *, dlami: Path | None, archive: Path | None = None,
+def boot(tmp_path: Path, mnist_root, signals: SignalServer, *, dlami: Path | None,
+         archive: Path | None = None, commit: str | None = None, without_aws: bool = False,
          timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
     machine = {
         "repo": tmp_path / "home" / "workbook", "systemd": tmp_path / "systemd",
@@ -68,24 +73,32 @@ def boot(tmp_path: Path, mnist_root, *, dlami: Path | None, archive: Path | None
     machine["calls"] = write_commands(tmp_path / "bin")
     origin = tmp_path / "origin"
     origin.mkdir()
+    url, head = write_repository(origin, BRANCH)
     script = tmp_path / "user-data"
     script.write_text(user_data({
         "AWS::StackName": STACK, "AWS::Region": REGION, "Seat": SEAT,
-        "RepositoryUrl": write_repository(origin, BRANCH), "RepositoryRef": BRANCH,
+        f"Lab{SEAT}Signal": signals.url,
+        "RepositoryUrl": url, "RepositoryCommit": commit or head,
         "ClassroomCacheUrl": str(archive or ""), "IdleMinutes": "60"}))
+    path = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
+    if without_aws:  # no AWS CLI anywhere, and pip finds none to install
+        (tmp_path / "bin" / "aws").unlink()
+        path = ":".join(d for d in path.split(":") if not (Path(d) / "aws").exists())
     env = {**os.environ,
-           "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+           "PATH": path,
            "LAB_USER": getpass.getuser(), "LAB_REPO_DIR": str(machine["repo"]),
            "LAB_DLAMI_VENV": str(dlami or tmp_path / "opt" / "none"),
            "LAB_LOG": str(machine["log"]), "LAB_PORT": str(machine["port"]),
            "LAB_CONFIG_DIR": str(machine["config"]), "LAB_SYSTEMD_DIR": str(machine["systemd"]),
-           "LAB_READY_SECONDS": "60",
+           "LAB_TOOLS": str(tmp_path / "tools"), "LAB_READY_SECONDS": "60",
            "MNIST_DATA_DIR": str(mnist_root), "NEURON_COMPILE_CACHE_URL": str(machine["cache"]),
            # The simulated DLAMI lends the notebook packages too, so pip installs none of them
            # into .venv; their Jupyter configuration and JupyterLab's assets, which an install
            # there would bring, are found where this venv has them.
            "JUPYTER_CONFIG_PATH": str(VENV_PREFIX / "etc" / "jupyter"),
            "JUPYTER_PATH": str(VENV_PREFIX / "share" / "jupyter")}
+    if without_aws:
+        env["PIP_NO_INDEX"] = "1"
     env.pop("PYTHONPATH", None)  # the lab runs the clone, not this checkout
     env.pop("VIRTUAL_ENV", None)
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
@@ -109,7 +122,8 @@ def test_a_lab_boots_to_jupyterlab_on_loopback_with_the_classroom_cache(tmp_path
     dlami = write_dlami(tmp_path / "opt")
     started = time.monotonic()
     try:
-        result, lab = boot(tmp_path, mnist_root, dlami=dlami, archive=archive)
+        with SignalServer() as signals:
+            result, lab = boot(tmp_path, mnist_root, signals, dlami=dlami, archive=archive)
         took = time.monotonic() - started
         log = result.stdout + result.stderr  # what the lab's log file and console get
         assert result.returncode == 0, log[-3000:]
@@ -139,12 +153,14 @@ def test_a_lab_boots_to_jupyterlab_on_loopback_with_the_classroom_cache(tmp_path
                      for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
         assert listening == {"127.0.0.1"}
 
-        # The token went to its SSM parameter; the stack got a success signal, last.
+        # The token went to its SSM parameter; the wait condition got one success signal, with
+        # the empty Content-Type its presigned URL needs (as AWS's curl example sends it).
         calls = recorded_calls(lab["calls"])
-        assert calls[-2][:8] == ["aws", "ssm", "put-parameter", "--region", REGION, "--name",
-                                 TOKEN_PARAMETER, "--type"] and calls[-2][-1] == token
-        assert calls[-1] == ["cfn-signal", "-e", "0", "--stack", STACK, "--resource",
-                             f"Lab{SEAT}", "--region", REGION]
+        assert calls[-1][:8] == ["aws", "ssm", "put-parameter", "--region", REGION, "--name",
+                                 TOKEN_PARAMETER, "--type"] and calls[-1][-1] == token
+        assert signals.signals == [{"Status": "SUCCESS", "UniqueId": f"Lab{SEAT}", "Data": "",
+                                    "Reason": f"Lab{SEAT} is ready: JupyterLab answers on 127.0.0.1"}]
+        assert signals.content_types == [None]
 
         # The idle-stop unit's own command, run against this JupyterLab: idle, not stopping.
         idle_unit = (lab["systemd"] / "workshop-idle.service").read_text()
@@ -162,18 +178,36 @@ def test_a_lab_boots_to_jupyterlab_on_loopback_with_the_classroom_cache(tmp_path
         stop_units(lab["systemd"] if "lab" in locals() else tmp_path / "systemd")
 
 
-@pytest.mark.parametrize("versions, says, status", [
-    (None, "is missing: this is not the Neuron 2.31", 1),
-    ({**NEURON_PACKAGES, "neuronx_cc": "2.25.3371.0"},  # a Neuron 2.30 DLAMI's compiler
-     "holds neuronx-cc 2.25.3371.0 (pinned 2.26.6360.0)", 2),
+BAD_DLAMI = {**NEURON_PACKAGES, "neuronx_cc": "2.25.3371.0"}  # a Neuron 2.30 DLAMI's compiler
+
+
+@pytest.mark.parametrize("case, at, says, status", [
+    ("no AWS CLI", "installing the AWS CLI", "cannot install aws with", 1),
+    ("a commit the repository lacks", "cloning", "cannot clone", 1),
+    ("no DLAMI", "1/5 the DLAMI venv", "is missing: this is not the Neuron 2.31", 1),
+    ("another DLAMI", "2/5 make venv data", "holds neuronx-cc 2.25.3371.0 (pinned 2.26.6360.0)", 2),
+    pytest.param("a broken cache archive", "3/5 the classroom compile cache",  # after make venv data
+                 "is not a readable tar archive", 2, marks=pytest.mark.e2e),
 ])
-def test_a_lab_on_another_dlami_fails_its_signal_with_the_reason(tmp_path, mnist_root, versions,
-                                                                 says, status):
-    dlami = write_dlami(tmp_path / "opt", versions) if versions else None
-    result, lab = boot(tmp_path, mnist_root, dlami=dlami, timeout=120)
+def test_a_failure_at_each_boot_step_signals_failure_at_once_with_its_reason(
+        tmp_path, mnist_root, case, at, says, status):
+    dlami = None if case == "no DLAMI" else write_dlami(
+        tmp_path / "opt", BAD_DLAMI if case == "another DLAMI" else NEURON_PACKAGES)
+    archive = None
+    if case == "a broken cache archive":
+        archive = tmp_path / "classroom-cache.tar.gz"
+        archive.write_bytes(b"not a gzip archive\n")
+    with SignalServer() as signals:
+        result, lab = boot(tmp_path, mnist_root, signals, dlami=dlami, archive=archive,
+                           commit="f" * 40 if case.startswith("a commit") else None,
+                           without_aws=case == "no AWS CLI", timeout=180)
     log = result.stdout + result.stderr
-    assert result.returncode == status and says in log, log[-3000:]
-    assert lab["log"].stat().st_size > 0
-    assert "workshop lab: FAILED" in log and not (lab["systemd"] / "workshop-lab.service").exists()
-    assert recorded_calls(lab["calls"]) == [["cfn-signal", "-e", str(status), "--stack", STACK,
-                                            "--resource", f"Lab{SEAT}", "--region", REGION]]
+    assert result.returncode == status, log[-3000:]
+    assert "workshop lab: FAILED" in log and lab["log"].stat().st_size > 0
+    assert not (lab["systemd"] / "workshop-lab.service").exists()
+    (signal,) = signals.signals
+    assert signal["Status"] == "FAILURE" and signal["UniqueId"] == f"Lab{SEAT}", signal
+    assert signal["Reason"].startswith(f"Lab{SEAT} failed at ") and at in signal["Reason"], signal
+    assert f"(exit status {status})" in signal["Reason"] and says in signal["Reason"] + signal["Data"]
+    assert len(signal["Reason"]) < 1024 and says in signal["Data"], signal
+    assert not any(call[:3] == ["aws", "ssm", "put-parameter"] for call in recorded_calls(lab["calls"]))

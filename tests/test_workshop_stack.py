@@ -1,9 +1,10 @@
-"""deploy/workshop.yaml, without AWS: cfn-lint (pinned) passes, and the template holds what
-docs/workshop-stack.md promises: no inbound rule at all (so none from 0.0.0.0/0 or ::/0), the AMI
-from the DLAMI's public SSM parameter and no AMI id anywhere, the root volume of the size the setup
-guide asks for (read from docs/sources.md) deleted with the instance, an instance role with
-Systems Manager and no more, shutdown stopping (never terminating) the instance, a creation policy
-waiting for each lab's signal, and the user data embedded unchanged from deploy/user_data.sh."""
+"""deploy/workshop.yaml, without AWS: cfn-lint and checkov (each pinned) pass, checkov's skipped
+checks each with its reason, and the template holds what docs/workshop-stack.md promises: no
+inbound rule at all (so none from 0.0.0.0/0 or ::/0), the AMI from the DLAMI's public SSM parameter
+and no AMI id anywhere, the root volume of the size the setup guide asks for (read from
+docs/sources.md) deleted with the instance, no AWS managed policy on any role, shutdown stopping
+(never terminating) the instance, the repository pinned to a commit, and the user data embedded
+unchanged from deploy/user_data.sh. Who may do what, seat by seat: tests/test_workshop_access.py."""
 from __future__ import annotations
 
 import copy
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.template import TEMPLATE, USER_DATA, embedded_user_data, lab_resources, load, synced_text
+from deploy.template import TEMPLATE, USER_DATA, embedded_user_data, lab_instance, lab_resources, load, synced_text
 from tests.paths import REPO_ROOT
 
 SOURCES = (REPO_ROOT / "docs" / "sources.md").read_text()
@@ -75,45 +76,48 @@ def test_the_ami_comes_from_the_dlamis_public_ssm_parameter(template):
     assert parameter["Default"] == SSM_PARAMETER
     # the path the DLAMI guide documents, as docs/sources.md quotes it
     assert "/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id" in SOURCES
-    (lab,) = lab_resources(template).values()
+    lab = lab_instance(template)
     assert lab["Properties"]["ImageId"] == {"Ref": "ImageId"}
 
 
 def test_the_root_volume_is_the_setup_guides_size_and_goes_with_the_instance(template):
     cited = re.search(r"adjust your primary EBS volume size to a minimum of (\d+)GB", SOURCES)
     assert cited, "docs/sources.md must quote the setup guide's volume size"
-    (lab,) = lab_resources(template).values()
+    lab = lab_instance(template)
     (root,) = lab["Properties"]["BlockDeviceMappings"]
     assert root["Ebs"] == {"VolumeSize": int(cited.group(1)), "VolumeType": "gp3",
                            "Encrypted": True, "DeleteOnTermination": True}
 
 
-def test_the_instance_role_has_systems_manager_and_no_more(template):
-    role = template["Resources"]["LabRole"]["Properties"]
-    assert role["ManagedPolicyArns"] == [
-        {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"}]
-    token, cache = role["Policies"]
-    assert token["PolicyDocument"]["Statement"] == [{
-        "Effect": "Allow", "Action": "ssm:PutParameter",
-        "Resource": {"Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:"
-                                "parameter/${AWS::StackName}/lab*/jupyter-token"}}]
-    # The classroom cache's one object, only when an archive is given.
-    condition, given, not_given = cache["Fn::If"]
-    assert condition == "HasCacheArchive" and not_given == {"Ref": "AWS::NoValue"}
-    (read,) = given["PolicyDocument"]["Statement"]
-    assert read["Action"] == "s3:GetObject"
-    assert read["Resource"]["Fn::Sub"][1] == {
-        "Object": {"Fn::Select": [1, {"Fn::Split": ["s3://", {"Ref": "ClassroomCacheUrl"}]}]}}
-    assert template["Conditions"]["HasCacheArchive"] == {
-        "Fn::Not": [{"Fn::Equals": [{"Ref": "ClassroomCacheUrl"}, ""]}]}
+def test_no_role_carries_an_aws_managed_policy(template):
+    roles = [r for r in lab_resources(template).values() if r["Type"] == "AWS::IAM::Role"]
+    assert len(roles) == 2 and all("ManagedPolicyArns" not in r["Properties"] for r in roles)
+    assert "AmazonSSMManagedInstanceCore" not in TEMPLATE.read_text().replace(
+        "as AmazonSSMManagedInstanceCore lists them", "")
 
 
-def test_each_lab_stops_on_shutdown_and_the_stack_waits_for_its_signal(template):
-    (lab,) = lab_resources(template).values()
+def test_the_repository_is_a_commit_every_lab_checks_out(template):
+    commit = template["Parameters"]["RepositoryCommit"]
+    assert "Default" not in commit and commit["AllowedPattern"] == "^[0-9a-f]{40}$"
+    pattern = re.compile(commit["AllowedPattern"])
+    assert pattern.match("0123456789abcdef0123456789abcdef01234567")
+    assert not any(pattern.match(ref) for ref in ("main", "v1.0", "0123456", "HEAD"))
+    assert re.fullmatch(template["Parameters"]["RepositoryUrl"]["AllowedPattern"],
+                        "https://github.com/you/workbook.git")
+    assert not re.fullmatch(template["Parameters"]["RepositoryUrl"]["AllowedPattern"],
+                            "git@github.com:you/workbook.git")
+
+
+def test_each_lab_stops_on_shutdown_and_has_no_inbound_path(template):
+    lab = lab_instance(template)
     assert lab["Properties"]["InstanceInitiatedShutdownBehavior"] == "stop"
     assert lab["Properties"]["MetadataOptions"] == {"HttpTokens": "required"}
-    assert lab["CreationPolicy"]["ResourceSignal"]["Count"] == 1
-    assert lab["Properties"]["SecurityGroupIds"] == [{"Ref": "LabSecurityGroup"}]
+    assert "CreationPolicy" not in lab  # the wait condition takes the signal (test_workshop_access)
+    (interface,) = lab["Properties"]["NetworkInterfaces"]
+    assert interface["GroupSet"] == [{"Ref": "LabSecurityGroup"}]
+    egress = template["Resources"]["LabSecurityGroup"]["Properties"]["SecurityGroupEgress"]
+    assert {(rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) for rule in egress} == {
+        ("tcp", 443, 443), ("tcp", 80, 80)}
 
 
 def test_the_user_data_is_deploy_user_data_sh_after_a_header_of_its_values(template):
@@ -122,10 +126,11 @@ def test_the_user_data_is_deploy_user_data_sh_after_a_header_of_its_values(templ
     exported = set(re.findall(r"\b(LAB_[A-Z_]+)=", header))
     required = set(re.findall(r'"\$\{(LAB_[A-Z_]+)\??:?\?\}"', body))
     assert exported == required == {
-        "LAB_STACK", "LAB_REGION", "LAB_RESOURCE", "LAB_REPOSITORY_URL", "LAB_REPOSITORY_REF",
-        "LAB_CACHE_ARCHIVE", "LAB_IDLE_MINUTES", "LAB_TOKEN_PARAMETER"}
-    # The signal goes to the lab's own logical id, the token to the parameter the role may write.
-    assert "LAB_RESOURCE='Lab${Seat}'" in header
+        "LAB_STACK", "LAB_REGION", "LAB_RESOURCE", "LAB_SIGNAL_URL", "LAB_REPOSITORY_URL",
+        "LAB_REPOSITORY_COMMIT", "LAB_CACHE_ARCHIVE", "LAB_IDLE_MINUTES", "LAB_TOKEN_PARAMETER"}
+    # The signal goes to the lab's own handle, the token to the parameter its role may write.
+    assert "LAB_SIGNAL_URL='${Lab${Seat}Signal}'" in header
+    assert "LAB_REPOSITORY_COMMIT='${RepositoryCommit}'" in header
     assert "LAB_TOKEN_PARAMETER='/${AWS::StackName}/lab${Seat}/jupyter-token'" in header
 
 
@@ -149,14 +154,22 @@ def test_a_class_of_n_learners_gets_seats_01_to_n(template):
     assert template["Outputs"]["Fn::ForEach::LabOutputs"][:2] == [identifier, collection]
 
 
-def test_each_learner_gets_the_command_that_opens_their_lab(template):
+def test_each_learner_gets_the_command_that_opens_their_lab_in_either_shell(template):
     outputs = template["Outputs"]["Fn::ForEach::LabOutputs"][2]
-    command = outputs["Lab${Seat}Open"]["Value"]["Fn::Sub"]
-    assert "--name /${AWS::StackName}/lab${Seat}/jupyter-token" in command
-    assert "--target ${Lab${Seat}} --document-name AWS-StartPortForwardingSession" in command
-    assert '\'{"portNumber":["8888"],"localPortNumber":["8888"]}\'' in command
-    assert "http://127.0.0.1:8888/lab?token=" in command
-    assert outputs["Lab${Seat}Ssh"]["Condition"] == "HasKey"
+    shell = outputs["Lab${Seat}Open"]["Value"]["Fn::Sub"]
+    powershell = outputs["Lab${Seat}OpenPowerShell"]["Value"]["Fn::Sub"]
+    for command in (shell, powershell):
+        assert "--name /${AWS::StackName}/lab${Seat}/jupyter-token" in command
+        assert "--target ${Lab${Seat}} --document-name AWS-StartPortForwardingSession" in command
+        assert "http://127.0.0.1:8888/lab?token=$(aws ssm get-parameter" in command
+    # JSON in single quotes for a POSIX shell (AWS's documented form); PowerShell gets the
+    # shorthand in double quotes, which it passes whole (docs/sources.md).
+    assert shell.endswith("""--parameters '{"portNumber":["8888"],"localPortNumber":["8888"]}'""")
+    assert '" && aws ssm start-session' in shell and powershell.startswith("Write-Host ")
+    assert powershell.endswith('--parameters "portNumber=8888,localPortNumber=8888"')
+    assert '"; aws ssm start-session' in powershell and "\'" not in powershell
+    assert set(outputs) == {"Lab${Seat}Instance", "Learner${Seat}Role", "Lab${Seat}Open",
+                            "Lab${Seat}OpenPowerShell"}
 
 
 def test_the_instructor_pages_costs_follow_from_the_cited_rates(template):
@@ -164,9 +177,58 @@ def test_the_instructor_pages_costs_follow_from_the_cited_rates(template):
     prices = json.loads((REPO_ROOT / "helpers" / "data" / "trn1_costs.json").read_text())["prices"]
     hourly = next(p["usd_per_hour"] for p in prices if p["instance"] == "trn1.2xlarge")
     gp3 = float(re.search(r'"\$(\d+\.\d+) per GB-month of General Purpose \(gp3\)', SOURCES).group(1))
-    (lab,) = lab_resources(template).values()
+    lab = lab_instance(template)
     size = lab["Properties"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"]
     assert f"${hourly:.2f} per learner-hour" in page
     assert f"${20 * 3 * hourly:.2f} for a 3-hour workshop" in page
     assert f"{size} × ${gp3:.2f} per GB-month = ${size * gp3:.2f} a month" in page
     assert f"about ${size * gp3 / 30:.2f} a day" in page and f"${20 * size * gp3 / 30:.0f} a day" in page
+
+
+SCANNER = REPO_ROOT / "build" / "scanner-venv" / "bin" / "checkov"
+# The checks skipped in the template's Metadata, each with its reason beside it there.
+SKIPPED = {"CKV_AWS_46", "CKV_AWS_111"}
+
+
+def checkov(target: Path) -> dict:
+    assert SCANNER.exists(), f"{SCANNER} is missing: run make scanner (make test runs it)"
+    result = subprocess.run([str(SCANNER), "-f", str(target), "--framework", "cloudformation",
+                             "--skip-download", "-o", "json"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    return json.loads(result.stdout)["results"]
+
+
+def test_checkov_is_the_pinned_one():
+    pinned = re.search(r"^checkov==(\S+)$", (REPO_ROOT / "requirements-scanner.txt").read_text(), re.M)
+    assert pinned, "requirements-scanner.txt must pin checkov exactly"
+    assert SCANNER.exists(), f"{SCANNER} is missing: run make scanner (make test runs it)"
+    version = subprocess.run([str(SCANNER.parent / "python"), "-c", "import importlib.metadata as m; "
+                              "print(m.version('checkov'))"], capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == pinned.group(1), version.stderr
+
+
+@pytest.mark.e2e  # about 30 s: checkov twice
+def test_checkov_passes_the_template_and_an_expanded_class(tmp_path):
+    """checkov reads Fn::ForEach as written (it sees the shared resources only), so a class is
+    scanned too, as tests/cfn_expand.py writes it out (with a cache archive and a reservation).
+    Every seat's resources are the same but for their seat (tests/test_workshop_access.py): two
+    seats show that, in a tenth of the time forty take."""
+    from tests.test_workshop_access import CACHE, expand
+
+    largest = expand(2, ClassroomCacheUrl=CACHE, CapacityReservationId="cr-0123456789abcdef0")
+    expanded = tmp_path / "workshop-2.json"
+    expanded.write_text(json.dumps({"AWSTemplateFormatVersion": "2010-09-09",
+                                    "Resources": largest.resources}))
+    for target, scanned in ((TEMPLATE, {"LabSecurityGroup", "LabLaunchTemplate"}),
+                            (expanded, {"Lab02", "Lab02Role", "Learner02Role"})):
+        results = checkov(target)
+        failed = [(c["check_id"], c["resource"]) for c in results["failed_checks"]]
+        assert failed == [], failed
+        passed = {c["resource"].split(".")[-1] for c in results["passed_checks"]}
+        assert scanned <= passed, (target, sorted(passed))
+        for check in results["skipped_checks"]:
+            assert check["check_id"] in SKIPPED and len(check["check_result"]["suppress_comment"]) > 40
+    skipped = {(c["check_id"], c["resource"].split(".")[-1]) for c in results["skipped_checks"]}
+    assert skipped == {(check, f"Lab{n:02d}{'Role' if check == 'CKV_AWS_111' else ''}")
+                       for check in SKIPPED for n in range(1, 3)}

@@ -1,19 +1,22 @@
 """A workshop lab's machine, simulated for tests/test_workshop_bootstrap.py: a Neuron DLAMI venv
 (a real venv holding the pinned stack: this venv's site-packages, plus the dist-info of the
-Neuron 2.31 torch-neuronx and neuronx-cc), the workbook as a git repository to clone, and the three
-AWS-side commands the user data calls, stood in for on PATH: `cfn-signal` and `aws` record their
-arguments (one JSON list per line in <bin>/calls.jsonl); `systemctl` starts a unit's ExecStart as
-systemd would (its User, WorkingDirectory, EnvironmentFile, Environment), in a session of its own,
-and records the pid in <systemd dir>/<unit>.pid."""
+Neuron 2.31 torch-neuronx and neuronx-cc), the workbook as a git repository to clone, the commands
+the user data calls, stood in for on PATH: `aws` records its arguments (one JSON list per line in
+<bin>/calls.jsonl); `systemctl` starts a unit's ExecStart as systemd would (its User,
+WorkingDirectory, EnvironmentFile, Environment), in a session of its own, and records the pid in
+<systemd dir>/<unit>.pid; and the wait condition handle's presigned URL, stood in for by an HTTP
+server on 127.0.0.1 that keeps every PUT body (SignalServer)."""
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -100,9 +103,9 @@ def write_dlami(opt: Path, neuron_packages=NEURON_PACKAGES) -> Path:
     return base
 
 
-def write_repository(origin: Path, branch: str) -> str:
+def write_repository(origin: Path, branch: str) -> tuple[str, str]:
     """The workbook as it is in this checkout (committed or not), committed on `branch` of a
-    new repository: what a lab clones."""
+    new repository: what a lab clones. Returns (its URL, the commit's id)."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                            cwd=REPO_ROOT, capture_output=True, check=True).stdout.split(b"\0")
     for name in filter(None, (f.decode() for f in files)):
@@ -114,17 +117,16 @@ def write_repository(origin: Path, branch: str) -> str:
     subprocess.run(git + ["init", "-q", "-b", branch], check=True)
     subprocess.run(git + ["add", "-A"], check=True)
     subprocess.run(git + ["commit", "-q", "-m", "the workbook"], check=True)
-    return str(origin)
+    commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    return str(origin), commit.stdout.strip()
 
 
 def write_commands(bin_dir: Path) -> Path:
-    """cfn-signal, aws and systemctl stand-ins in bin_dir; returns the calls file."""
+    """aws and systemctl stand-ins in bin_dir; returns the calls file."""
     bin_dir.mkdir(parents=True)
     calls = bin_dir / "calls.jsonl"
     calls.touch()
-    for name in ("cfn-signal", "aws"):
-        (bin_dir / name).write_text(RECORDER.format(python=sys.executable, calls=str(calls),
-                                                    name=name))
+    (bin_dir / "aws").write_text(RECORDER.format(python=sys.executable, calls=str(calls), name="aws"))
     (bin_dir / "systemctl").write_text(SYSTEMCTL.format(python=sys.executable))
     for script in bin_dir.iterdir():
         script.chmod(0o755)
@@ -155,3 +157,40 @@ def stop_units(systemd_dir: Path, wait_s: float = 15) -> None:
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(session, signal.SIGKILL)
+
+
+class SignalServer:
+    """The wait condition handle's URL on 127.0.0.1: keeps each PUT's JSON body (and its
+    Content-Type header), answers 200 as S3 does. `with SignalServer() as server:` stops it."""
+
+    def __init__(self):
+        self.signals: list[dict] = []
+        self.content_types: list[str | None] = []
+        received = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_PUT(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                received.content_types.append(self.headers.get("Content-Type"))
+                received.signals.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.timeout = 5
+        self.url = (f"http://127.0.0.1:{self.httpd.server_port}/arn%3Aaws%3Acloudformation/Lab01Signal"
+                    "?X-Amz-Expires=86399&X-Amz-Signature=0123abcd")
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                                       daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)

@@ -1,0 +1,167 @@
+"""deploy/workshop.yaml as CloudFormation would create it for given parameter values, without AWS:
+Fn::ForEach written out over its collection (the AWS::LanguageExtensions transform), conditions
+decided, and every intrinsic function the template uses resolved (Ref, Fn::GetAtt, Fn::Sub with its
+`${!literal}` escape, Fn::Join, Fn::Select, Fn::Split, Fn::FindInMap with DefaultValue, Fn::Length,
+Fn::If, Fn::Equals, Fn::Not, Fn::Base64 kept as text). A resource's Ref is a made-up physical id
+of the kind AWS returns (an instance id, a role name, a presigned URL), the same for the same
+logical id, so policies can be read as the ARNs a request would carry (tests/iam_policy.py).
+
+Functions it does not know raise: a template that starts using one fails the tests here instead
+of being read wrongly."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+
+ACCOUNT, REGION, PARTITION, STACK = "111122223333", "us-east-1", "aws", "trn-class"
+PSEUDO = {"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::Partition": PARTITION,
+          "AWS::StackName": STACK, "AWS::URLSuffix": "amazonaws.com"}
+NO_VALUE = object()
+
+
+def physical_id(logical_id: str, resource_type: str) -> str:
+    digest = hashlib.sha256(logical_id.encode()).hexdigest()
+    if resource_type == "AWS::EC2::Instance":
+        return f"i-{digest[:17]}"
+    if resource_type == "AWS::CloudFormation::WaitConditionHandle":
+        return (f"https://cloudformation-waitcondition-{REGION}.s3.amazonaws.com/"
+                f"arn%3Aaws%3Acloudformation%3A{REGION}%3A{ACCOUNT}%3Astack/{STACK}/{logical_id}"
+                f"?X-Amz-Expires=86399")
+    if resource_type == "AWS::EC2::SecurityGroup":
+        return f"sg-{digest[:17]}"
+    if resource_type == "AWS::EC2::LaunchTemplate":
+        return f"lt-{digest[:17]}"
+    return f"{STACK}-{logical_id}-{digest[:12].upper()}"
+
+
+def _substitute(value, identifier: str, item: str):
+    """Fn::ForEach's replacement of ${Identifier} (and a Ref to it) in keys and values."""
+    if isinstance(value, str):
+        return value.replace("${" + identifier + "}", item)
+    if isinstance(value, list):
+        return [_substitute(v, identifier, item) for v in value]
+    if isinstance(value, dict):
+        if value == {"Ref": identifier}:
+            return item
+        return {_substitute(k, identifier, item): _substitute(v, identifier, item)
+                for k, v in value.items()}
+    return value
+
+
+class Stack:
+    """One stack: the template expanded for `parameters` (names to values; lists for List<...>)."""
+
+    def __init__(self, template: dict, parameters: dict):
+        self.template = copy.deepcopy(template)
+        declared = self.template["Parameters"]
+        self.parameters = {name: declared[name].get("Default") for name in declared}
+        self.parameters.update(parameters)
+        missing = [n for n, v in self.parameters.items() if v is None]
+        if missing:
+            raise ValueError(f"no value for the parameters {missing}")
+        self.raw_resources = self._for_each(self.template["Resources"])
+        self.conditions = {name: self.resolve(body)
+                           for name, body in self.template.get("Conditions", {}).items()}
+        self.resources = {}
+        for logical_id, resource in self.raw_resources.items():
+            if "Condition" in resource and not self.conditions[resource["Condition"]]:
+                continue
+            self.resources[logical_id] = {**resource, "Properties": self.resolve(
+                resource.get("Properties", {}))}
+        self.outputs = {k: self.resolve(v["Value"]) for k, v in
+                        self._for_each(self.template.get("Outputs", {})).items()}
+
+    def _for_each(self, section: dict) -> dict:
+        out = {}
+        for key, value in section.items():
+            if key.startswith("Fn::ForEach::"):
+                identifier, collection, fragment = value
+                for item in self.resolve(collection):
+                    out.update(self._for_each(_substitute(fragment, identifier, item)))
+            else:
+                out[key] = value
+        return out
+
+    def ref(self, name: str):
+        if name in PSEUDO:
+            return PSEUDO[name]
+        if name in self.parameters:
+            return self.parameters[name]
+        if name in self.raw_resources:
+            return physical_id(name, self.raw_resources[name]["Type"])
+        raise KeyError(f"Ref to an unknown name {name}")
+
+    def get_att(self, logical_id: str, attribute: str):
+        resource_type = self.raw_resources[logical_id]["Type"]
+        if resource_type == "AWS::IAM::Role" and attribute == "Arn":
+            return f"arn:{PARTITION}:iam::{ACCOUNT}:role/{physical_id(logical_id, resource_type)}"
+        if resource_type == "AWS::EC2::LaunchTemplate" and attribute == "LatestVersionNumber":
+            return "1"
+        raise KeyError(f"Fn::GetAtt {logical_id}.{attribute} is not modelled")
+
+    def _sub(self, text: str, values: dict) -> str:
+        def one(match):
+            name = match.group(1)
+            if name.startswith("!"):
+                return "${" + name[1:] + "}"
+            if name in values:
+                return str(values[name])
+            if "." in name and name.split(".")[0] in self.raw_resources:
+                return str(self.get_att(*name.split(".", 1)))
+            return str(self.ref(name))
+        return re.sub(r"\$\{([^}]+)\}", one, text)
+
+    def resolve(self, value):
+        if isinstance(value, list):
+            items = [self.resolve(v) for v in value]
+            return [v for v in items if v is not NO_VALUE]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            (function, argument), = value.items()
+            if function == "Ref":
+                return NO_VALUE if argument == "AWS::NoValue" else self.ref(argument)
+            if function.startswith("Fn::") or function == "Condition":
+                return self._function(function, argument)
+        resolved = {k: self.resolve(v) for k, v in value.items()}
+        return {k: v for k, v in resolved.items() if v is not NO_VALUE}
+
+    def _function(self, function: str, argument):
+        if function == "Condition":
+            return self.conditions[argument]
+        if function == "Fn::If":
+            name, when_true, when_false = argument
+            return self.resolve(when_true if self.conditions[name] else when_false)
+        if function == "Fn::Sub":
+            text, values = (argument, {}) if isinstance(argument, str) else argument
+            return self._sub(text, {k: self.resolve(v) for k, v in values.items()})
+        if function == "Fn::GetAtt":
+            logical_id, attribute = argument if isinstance(argument, list) else argument.split(".", 1)
+            return self.get_att(logical_id, attribute)
+        args = self.resolve(argument)
+        if function == "Fn::Equals":
+            return args[0] == args[1]
+        if function == "Fn::Not":
+            return not args[0]
+        if function == "Fn::Join":
+            return args[0].join(str(a) for a in args[1])
+        if function == "Fn::Select":
+            return args[1][int(args[0])]
+        if function == "Fn::Split":
+            return args[1].split(args[0])
+        if function == "Fn::Length":
+            return len(args)
+        if function == "Fn::Base64":
+            return args
+        if function == "Fn::FindInMap":
+            mapping, top, second = args[:3]
+            default = args[3]["DefaultValue"] if len(args) > 3 else NO_VALUE
+            value = self.template["Mappings"][mapping].get(str(top), {}).get(str(second), default)
+            if value is NO_VALUE:
+                raise KeyError(f"Fn::FindInMap {mapping}/{top}/{second}: no such key")
+            return value
+        raise NotImplementedError(f"{function} is not modelled")
+
+    def of_type(self, resource_type: str) -> dict[str, dict]:
+        return {k: v for k, v in self.resources.items() if v["Type"] == resource_type}
