@@ -54,14 +54,39 @@ def policies(stack: Stack, role: str) -> list[dict]:
     return [p["PolicyDocument"] for p in properties["Policies"]]
 
 
-def learner(seat: str) -> dict:
+def session_name(seat: str, stack_name: str = STACK) -> str:
+    return f"{stack_name}-learner{seat}"
+
+
+def learner(seat: str, stack_name: str = STACK) -> dict:
     """The request context of learner `seat`'s role session, as the instructor opened it."""
-    return {"aws:userid": f"AROAEXAMPLEROLEID{seat}:learner{seat}"}
+    return {"aws:userid": f"AROAEXAMPLEROLEID{seat}{stack_name}:{session_name(seat, stack_name)}"}
 
 
-def session(seat: str) -> str:
+def session(seat: str, stack_name: str = STACK) -> str:
     # A Session Manager session id starts with the caller's name: the role session name here.
-    return f"arn:aws:ssm:{REGION}:{ACCOUNT}:session/learner{seat}-0a1b2c3d4e5f6a7b8"
+    return f"arn:aws:ssm:{REGION}:{ACCOUNT}:session/{session_name(seat, stack_name)}-0a1b2c3d4e5f6a7b8"
+
+
+def on_session(action: str, seat: str, stack: Stack, caller: dict, stack_name: str = STACK) -> Request:
+    """`action` on seat's session, with the tags Session Manager puts on it (the caller's
+    role-id:session-name and the target instance) as the request's resource tags."""
+    tags = {"ssm:resourceTag/aws:ssmmessages:session-id": learner(seat, stack_name)["aws:userid"],
+            "ssm:resourceTag/aws:ssmmessages:target-id": stack.ref("Lab" + seat)}
+    return Request(action, session(seat, stack_name=stack_name), {**caller, **tags})
+
+
+def shell_without_a_document(policies_of_learner: list[dict], instance: str, caller: dict) -> bool:
+    """`aws ssm start-session --target <lab>` naming no document opens SSM-SessionManagerRunShell
+    even where no statement grants it, unless the StartSession statement carries the document
+    check (AWS, "Enforce a session document permission check for the AWS CLI")."""
+    if not allows(policies_of_learner, Request("ssm:StartSession", instance, caller)):
+        return False
+    checked = any(s.get("Condition", {}).get("BoolIfExists", {}).get("ssm:SessionDocumentAccessCheck") == "true"
+                  for p in policies_of_learner for s in p["Statement"]
+                  if s["Effect"] == "Allow" and "ssm:StartSession" in s["Action"])
+    shell = f"arn:aws:ssm:{REGION}:{ACCOUNT}:document/SSM-SessionManagerRunShell"
+    return not checked or allows(policies_of_learner, Request("ssm:StartSession", shell, caller))
 
 
 def test_both_classes_have_their_seats():
@@ -85,7 +110,12 @@ def test_learner_n_opens_lab_n_and_no_other(stack):
             for action in ("ssm:PutParameter", "ssm:GetParameters", "ssm:DeleteParameter"):
                 assert not allows(mine, Request(action, token(other), learner(seat)))
             for action in ("ssm:TerminateSession", "ssm:ResumeSession", "ssmmessages:OpenDataChannel"):
-                assert allows(mine, Request(action, session(other), learner(seat))) == (seat == other)
+                request = on_session(action, other, stack, learner(seat))
+                assert allows(mine, request) == (seat == other), (action, seat, other)
+        # The same seat of another class in the account: its sessions stay out of reach.
+        for action in ("ssm:TerminateSession", "ssm:ResumeSession", "ssmmessages:OpenDataChannel"):
+            request = on_session(action, seat, stack, learner(seat), stack_name="other-class")
+            assert not allows(mine, request), (action, seat)
 
 
 def test_learners_forward_ports_and_open_no_shell(stack):
@@ -96,6 +126,8 @@ def test_learners_forward_ports_and_open_no_shell(stack):
                          "AWS-StartSSHSession", "AWS-StartPortForwardingSessionToRemoteHost"):
             arn = f"arn:aws:ssm:{REGION}:{ACCOUNT}:document/{document}"
             assert not allows(mine, Request("ssm:StartSession", arn, learner(seat))), document
+        # Naming no document would open a shell: the document check refuses it.
+        assert not shell_without_a_document(mine, instance_arn(stack, seat), learner(seat))
         # The token of the same seat in another stack of the account stays out of reach.
         assert not allows(mine, Request("ssm:GetParameter", token(seat, "other-class"), learner(seat)))
 
@@ -103,9 +135,9 @@ def test_learners_forward_ports_and_open_no_shell(stack):
 def test_only_the_instructor_opens_a_seat_and_only_as_its_learner(stack):
     for seat in seats(stack):
         trust = [stack.resources[f"Learner{seat}Role"]["Properties"]["AssumeRolePolicyDocument"]]
-        as_learner = {"sts:RoleSessionName": f"learner{seat}"}
+        as_learner = {"sts:RoleSessionName": session_name(seat)}
         assert allows(trust, Request("sts:AssumeRole", "", as_learner, INSTRUCTOR), trust=True)
-        assert not allows(trust, Request("sts:AssumeRole", "", {"sts:RoleSessionName": "learner99"},
+        assert not allows(trust, Request("sts:AssumeRole", "", {"sts:RoleSessionName": f"learner{seat}"},
                                          INSTRUCTOR), trust=True)
         assert not allows(trust, Request("sts:AssumeRole", "", as_learner,
                                          f"arn:aws:iam::{ACCOUNT}:user/someone"), trust=True)
@@ -216,6 +248,10 @@ def test_the_evaluator_refuses_what_a_broader_policy_would_allow():
     assert decide(denied, Request("ssm:GetParameter", token("02"))) == "ExplicitDeny"
     own = [{"Statement": {"Effect": "Allow", "Action": "ssm:TerminateSession",
                           "Resource": "arn:aws:ssm:*:*:session/${aws:username}-*"}}]
+    # Without the document check, a start-session naming no document is a shell.
+    unchecked = [{"Statement": [{"Effect": "Allow", "Action": "ssm:StartSession",
+                                 "Resource": [instance_arn(stack, "01"), FORWARDING]}]}]
+    assert shell_without_a_document(unchecked, instance_arn(stack, "01"), learner("01"))
     # A role session has no aws:username: the variable makes the resource match nothing.
     assert not allows(own, Request("ssm:TerminateSession", session("01"), learner("01")))
-    assert allows(own, Request("ssm:TerminateSession", session("01"), {"aws:username": "learner01"}))
+    assert allows(own, Request("ssm:TerminateSession", session("01"), {"aws:username": session_name("01")}))
