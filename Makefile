@@ -11,6 +11,7 @@
 #   make notebooks  re-execute the notebooks in place on this machine, committing-ready, and
 #                   record the graphs they compile (notebooks/classroom_graphs.json)
 #   make browser    Chromium and the emoji font for the browser test, when missing (make test runs it)
+#   make slurm      Slurm and munge for the Slurm test's local cluster, when missing (make test runs it)
 #   make reset      notebooks back to their committed state, checkpoints/results removed (data kept)
 #   make classroom-cache                  run every notebook into one compile cache, one archive
 #   make classroom-check                  a student's pass: does it compile a graph the cache lacks?
@@ -42,7 +43,7 @@ LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 PYTEST_ARGS ?=
 CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
 
-.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser reset classroom-cache classroom-check classroom-import
+.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser slurm reset classroom-cache classroom-check classroom-import
 
 venv: $(STAMP)
 
@@ -72,7 +73,7 @@ lab: data
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
 	    --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
-test: data browser
+test: data browser slurm
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS) tests
 
 test-quick: data
@@ -111,6 +112,11 @@ notebooks: data
 # Playwright drives that Chromium and downloads no browser of its own.
 browser:
 	@bash tests/browser/install_browser.sh
+
+# Debian's slurm-wlm and munge, when missing: tests/test_slurm.py starts a controller and two
+# nodes of its own on the loopback address (deploy/slurm/train_torchrun.sbatch on a real Slurm).
+slurm:
+	@bash tests/install_slurm.sh
 
 # Shows what it restores and removes first; keeps data/, .venv/ and notebooks you created.
 reset:

@@ -33,6 +33,10 @@ class ClusterUnavailable(RuntimeError):
     """Slurm cannot be installed or started here; the message says why."""
 
 
+class NotRoot(ClusterUnavailable):
+    """Not root: slurmd, which starts every job's processes as their user, cannot run."""
+
+
 SLURM_CONF = """\
 ClusterName=workbook
 SlurmctldHost={host}(127.0.0.1)
@@ -95,8 +99,8 @@ class LocalCluster:
 
     def start(self) -> None:
         if os.geteuid() != 0:
-            raise ClusterUnavailable("slurmd runs jobs as their users and must be root: run "
-                                     "the tests as root (as CI does)")
+            raise NotRoot("slurmd starts each job as its user and must run as root: run the "
+                          "tests as root")
         (self.root / "munge").mkdir(mode=0o755)
         key = self.root / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
