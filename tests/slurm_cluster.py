@@ -20,7 +20,8 @@ import psutil
 
 from helpers.launch.processes import free_port
 
-COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "scancel", "sinfo")
+COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "scancel", "sinfo",
+            "squeue")
 # node name -> NodeAddr, node 0 first. Both on 127.0.0.1, each slurmd on its own port: with
 # NoInAddrAny a slurmd binds the address its host's name resolves to, whatever NodeAddr says.
 NODES = {"n0": "127.0.0.1", "n1": "127.0.0.1"}
@@ -74,6 +75,25 @@ FirstJobId={first_job_id}
 {nodes}
 PartitionName=workbook Nodes={node_names} Default=YES MaxTime=10 State=UP
 """
+
+
+def processes_of(conf: Path) -> list[psutil.Process]:
+    """Every live process of the cluster whose slurm.conf is `conf`: those started with it as
+    their SLURM_CONF (the daemons, the jobs' scripts, srun, torchrun and its workers), and its
+    slurmstepd processes, which overwrite their environment with their title but keep their
+    node's log, in the cluster's directory, open."""
+    root = f"{conf.parent}{os.sep}"
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if proc.info["name"] == "slurmstepd":
+                if any(f.path.startswith(root) for f in proc.open_files()):
+                    found.append(proc)
+            elif proc.environ().get("SLURM_CONF") == str(conf):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
 
 
 def missing_commands() -> list[str]:
@@ -141,21 +161,16 @@ class LocalCluster:
         raise ClusterUnavailable(f"the local Slurm cluster did not come up ({what}): {tail}")
 
     def processes(self) -> list[psutil.Process]:
-        """Every process of this cluster: started with its SLURM_CONF in their environment
-        (the daemons, slurmstepd, the jobs' scripts, srun, torchrun and its workers)."""
-        found = []
-        for proc in psutil.process_iter():
-            try:
-                if proc.environ().get("SLURM_CONF") == str(self.conf):
-                    found.append(proc)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        return found
+        return processes_of(self.conf)
 
     def stop(self) -> None:
         """Cancel every job, stop the daemons, then end whatever of this cluster is left."""
-        if self.conf.exists():
+        if self.conf.exists():  # let Slurm end its jobs itself first, then end what is left
             self.run(["scancel", "--full", "--user", "root"], check=False)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self.run(
+                    ["squeue", "-h", "-o", "%i"], check=False).stdout.strip():
+                time.sleep(0.3)
         for proc in reversed(self.daemons):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

@@ -20,7 +20,7 @@ from helpers.launch.slurm import failure_report, node_plan
 from tests.neuron_trees import TRN1_2XLARGE, TRN1_32XLARGE, neuron_host
 from tests.paths import REPO_ROOT
 from tests.script_runs import TRIAL_STEPS, script_environment
-from tests.slurm_cluster import NODES, ClusterUnavailable, NotRoot, local_cluster
+from tests.slurm_cluster import NODES, ClusterUnavailable, NotRoot, local_cluster, processes_of
 from tests.test_two_nodes import results
 
 SCRIPT = "deploy/slurm/train_torchrun.sbatch"
@@ -35,6 +35,7 @@ def cluster():
     try:
         with local_cluster() as started:
             yield started
+        assert not processes_of(started.conf), "the local cluster left processes running"
     except ClusterUnavailable as problem:
         if os.environ.get("CI") == "true" and not isinstance(problem, NotRoot):
             pytest.fail(f"the Slurm test cannot run (CI=true): {problem}", pytrace=False)
