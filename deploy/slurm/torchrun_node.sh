@@ -9,8 +9,7 @@ shift 2
 # node also `export FI_PROVIDER=efa ...`, the EFA variables of docs/multi-node.md.
 plan="$("$PYTHON" -m helpers.launch.slurm node-env)"
 eval "$plan"
-echo "node $SLURM_NODEID ($SLURMD_NODENAME): $workers worker(s), $neuron_cores NeuronCore(s)" \
-     "${FI_PROVIDER:+, FI_PROVIDER=$FI_PROVIDER}"
+echo "node $SLURM_NODEID ($SLURMD_NODENAME): $workers worker(s), $neuron_cores NeuronCore(s)${FI_PROVIDER:+, FI_PROVIDER=$FI_PROVIDER}"
 exec "$PYTHON" -m torch.distributed.run --nproc_per_node="$workers" \
     --nnodes="$SLURM_NNODES" --node_rank="$SLURM_NODEID" \
     --master_addr="$master_addr" --master_port="$master_port" \
