@@ -145,6 +145,24 @@ def test_a_job_whose_rendezvous_times_out_fails_naming_the_missing_node(cluster,
     assert_nothing_left(cluster, job_id)
 
 
+@pytest.mark.e2e
+def test_a_job_submitted_outside_a_clone_every_node_sees_stops_before_training(cluster, tmp_path):
+    """Submitted from a directory without the repository (as from a clone on one node's own
+    disk): the check before training fails on the nodes and says what to do."""
+    elsewhere = tmp_path / "not-a-clone"
+    elsewhere.mkdir()
+    job_env = {**script_environment(), "CHECKPOINT_DIR": str(tmp_path / "out"),
+               "PYTHON": sys.executable}
+    job_id = cluster.sbatch(str(REPO_ROOT / SCRIPT), [], job_env, cwd=elsewhere)
+    job = cluster.wait(job_id, JOB_TIMEOUT_S)
+    out = cluster.output(job_id)
+    assert (job["JobState"], job["ExitCode"]) == ("FAILED", "1:0"), out
+    assert f"error: {elsewhere} or {tmp_path / 'out'} is missing on a node: clone the " \
+           "repository on the cluster's shared file system and submit from there" in out
+    assert "rendezvous at" not in out, "no torchrun started"
+    assert_nothing_left(cluster, job_id)
+
+
 # -- what each node runs, and the failure sentence, without a cluster ------------------------
 
 def node_env(tmp_path, instance, cores, **env):
