@@ -160,6 +160,7 @@ def test_a_job_submitted_outside_a_clone_every_node_sees_stops_before_training(c
     assert f"error: {elsewhere} or {tmp_path / 'out'} is missing on a node: clone the " \
            "repository on the cluster's shared file system and submit from there" in out
     assert "rendezvous at" not in out, "no torchrun started"
+    assert not list((tmp_path / "out").iterdir()), "its check leaves nothing behind"
     assert_nothing_left(cluster, job_id)
 
 
