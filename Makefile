@@ -12,6 +12,7 @@
 #                   record the graphs they compile (notebooks/classroom_graphs.json)
 #   make browser    Chromium and the emoji font for the browser test, when missing (make test runs it)
 #   make scanner    checkov, the IaC security scanner of the workshop template, in build/scanner-venv
+#   make slurm      Slurm and munge for the Slurm test's local cluster, when missing (make test runs it)
 #   make reset      notebooks back to their committed state, checkpoints/results removed (data kept)
 #   make classroom-cache                  run every notebook into one compile cache, one archive
 #   make classroom-check                  a student's pass: does it compile a graph the cache lacks?
@@ -45,7 +46,7 @@ CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
 # checkov's own venv (requirements-scanner.txt says why not .venv); tests find it there.
 SCANNER_VENV ?= build/scanner-venv
 
-.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser scanner reset classroom-cache classroom-check classroom-import
+.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser scanner slurm reset classroom-cache classroom-check classroom-import
 
 venv: $(STAMP)
 
@@ -75,7 +76,7 @@ lab: data
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
 	    --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
-test: data browser scanner
+test: data browser scanner slurm
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS) tests
 
 test-quick: data scanner
@@ -123,6 +124,11 @@ $(SCANNER_VENV)/.requirements-stamp: requirements-scanner.txt
 	$(PYTHON) -m venv $(SCANNER_VENV)
 	$(SCANNER_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-scanner.txt
 	@touch $@
+
+# Debian's slurm-wlm and munge, when missing: tests/test_slurm.py starts a controller and two
+# nodes of its own on the loopback address (deploy/slurm/train_torchrun.sbatch on a real Slurm).
+slurm:
+	@bash tests/install_slurm.sh
 
 # Shows what it restores and removes first; keeps data/, .venv/ and notebooks you created.
 reset:

@@ -160,10 +160,11 @@ def test_make_lab_listens_where_told_and_allows_root_only_as_root():
     assert "--ServerApp.ip=0.0.0.0 --ServerApp.port=8890" in lab
 
 
-def test_make_test_installs_the_browser_before_pytest():
+def test_make_test_installs_the_browser_and_slurm_before_pytest():
     plan = make_plan("test")
-    assert "install_browser.sh" in plan, plan
-    assert plan.index("install_browser.sh") < plan.index("-m pytest")
+    for installer in ("install_browser.sh", "install_slurm.sh"):
+        assert installer in plan, plan
+        assert plan.index(installer) < plan.index("-m pytest")
 
 
 def test_on_trainium_the_check_counts_the_graphs_a_pass_compiled_into_the_cache(tmp_path):

@@ -3,7 +3,8 @@ mnist_mlp.common.child_process, so that it stops with its kernel.
 
 Modules: processes (one runner that streams a command's output with a deadline and stops its
 process group with it, even when the kernel is killed), torchrun (torchrun on top of it), nodes
-(multi-node runs), procfs (who has a file open).
+(multi-node runs), slurm (what each node of a Slurm job runs, and a failed job's node named:
+deploy/slurm/), procfs (who has a file open).
 
 Imports: mnist_mlp.
 """
