@@ -32,3 +32,13 @@ def compile_stats() -> tuple[int, float]:
     """(graphs compiled, seconds spent compiling) so far in this process."""
     totals = read_compile_metrics()
     return int(totals["UncachedCompile"]), totals["compile_time_s"]
+
+
+def compiles_started_and_finished() -> tuple[int, int]:
+    """(UncachedCompile, CompileTime samples) so far: the first counts a graph as its compile
+    starts (it missed the in-memory cache), the second takes a sample when a compile ends, so
+    while they differ a compile is running (torch-xla 2.9, xla_graph_executor.cpp)."""
+    import torch_xla.debug.metrics as met
+
+    compile_data = met.metric_data(COMPILE_TIME)
+    return int(met.counter_value("UncachedCompile") or 0), int(compile_data[0]) if compile_data else 0
