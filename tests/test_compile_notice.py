@@ -207,3 +207,32 @@ def test_the_cache_the_wrapper_uses(flags, url, expected):
 
 def test_durations_read_as_the_tutorial_log_does():
     assert (duration(7), duration(185), duration(59.6)) == ("7 s", "3 min 5 s", "1 min 0 s")
+
+
+def test_a_notebook_cell_that_compiles_long_says_so_under_itself(monkeypatch):
+    from IPython.core.events import EventManager, available_events
+
+    from helpers.setup.cell_compile_notice import CellCompileNotice, watch_compiles_in_cells
+
+    class Shell:
+        events = EventManager(None, available_events)
+
+    shell, lines, counters = Shell(), [], Counters()
+    assert watch_compiles_in_cells(shell) and watch_compiles_in_cells(shell)
+    hooks = [h.__self__ for h in shell.events.callbacks["pre_run_cell"]]
+    assert len(hooks) == 1 and isinstance(hooks[0], CellCompileNotice)  # registered once
+    hooks[0].make_notice = lambda: CompileNotice(counters=counters, say=lines.append,
+                                                 quiet_s=0.2, poll_s=0.05)
+    monkeypatch.delitem(sys.modules, "torch_xla", raising=False)
+    shell.events.trigger("pre_run_cell", None)
+    assert hooks[0].notice is None  # before torch_xla loads: nothing to read
+    shell.events.trigger("post_run_cell", None)
+    monkeypatch.setitem(sys.modules, "torch_xla", object())
+    shell.events.trigger("pre_run_cell", None)
+    counters.started = 1  # the cell's torch_xla.sync() compiles for a while
+    time.sleep(0.4)
+    counters.finished = 1
+    shell.events.trigger("post_run_cell", None)
+    assert hooks[0].notice is None
+    assert lines[0].startswith("Compiling a graph: 0 s so far (a graph new to this process")
+    assert lines[-1] == "Compiled a graph in 0 s"

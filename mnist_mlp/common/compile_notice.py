@@ -47,9 +47,11 @@ class CompileNotice:
     None. poll() is one look (the thread calls it; the tests call it with their own clock)."""
 
     def __init__(self, *, counters=None, cache_dir: Path | None = None, retry_failed: bool = False,
-                 say=None, clock=time.monotonic, quiet_s: float = QUIET_S,
-                 every_s: float = EVERY_S, poll_s: float = POLL_S):
+                 cache_only_while_counting: bool = False, say=None, clock=time.monotonic,
+                 quiet_s: float = QUIET_S, every_s: float = EVERY_S, poll_s: float = POLL_S):
         self.counters, self.cache_dir, self.retry_failed = counters, cache_dir, retry_failed
+        # A notebook's kernel: its own compiles only, not the ones of a script it runs.
+        self.cache_only_while_counting = cache_only_while_counting
         self.say = say or _say
         self.clock, self.quiet_s, self.every_s, self.poll_s = clock, quiet_s, every_s, poll_s
         self.states_at_start: dict[str, str] = {}
@@ -91,7 +93,8 @@ class CompileNotice:
     def poll(self) -> None:
         now = self.clock()
         counting = self._counters_say_compiling()
-        entry = self._compiling_entry(new_ok=counting)
+        entry = (self._compiling_entry(new_ok=counting)
+                 if counting or not self.cache_only_while_counting else None)
         if counting or entry is not None:
             if self._since is None:
                 self._since, self._entry = now, None
@@ -166,6 +169,18 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
+def notice_for_this_process(env=None, say=None, **options) -> CompileNotice:
+    """A (not yet started) CompileNotice for this process, which has loaded torch_xla: its
+    counters, and on Neuron (PJRT_DEVICE=NEURON) the compile cache its environment names."""
+    from mnist_mlp.common.xla_metrics import compiles_started_and_finished
+
+    env = os.environ if env is None else env
+    on_neuron = env.get("PJRT_DEVICE", "").upper() == "NEURON"
+    return CompileNotice(counters=compiles_started_and_finished, say=say,
+                         cache_dir=local_cache_dir(env) if on_neuron else None,
+                         retry_failed=compiler_flag(RETRY_FAILED_FLAG, env) is True, **options)
+
+
 @contextlib.contextmanager
 def watch_compiles(env=None, say=None):
     """Around a script's main(): a CompileNotice when this process has loaded torch_xla (the XLA
@@ -176,12 +191,7 @@ def watch_compiles(env=None, say=None):
     if "torch_xla" not in sys.modules or env.get("RANK", "0") != "0":
         yield None
         return
-    from mnist_mlp.common.xla_metrics import compiles_started_and_finished
-
-    on_neuron = env.get("PJRT_DEVICE", "").upper() == "NEURON"
-    notice = CompileNotice(counters=compiles_started_and_finished, say=say,
-                           cache_dir=local_cache_dir(env) if on_neuron else None,
-                           retry_failed=compiler_flag(RETRY_FAILED_FLAG, env) is True)
+    notice = notice_for_this_process(env, say)
     with notice:
         try:
             yield notice
