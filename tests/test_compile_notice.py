@@ -4,6 +4,9 @@ real directories in the Neuron layout (docs/cache-tool.md); the counters are a p
 advances, as torch-xla's UncachedCompile and CompileTime move."""
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -14,6 +17,8 @@ from helpers.cache.demo import neff_bytes
 from mnist_mlp.common import compile_notice
 from mnist_mlp.common.compile_cache import cache_url, compiler_flag, local_cache_dir, module_state
 from mnist_mlp.common.compile_notice import CompileNotice, duration, watch_compiles
+from tests.paths import REPO_ROOT
+from tests.trn1_double import build_instance
 
 VERSION = "neuronxcc-2.26.6360.0"
 FAILURE_TEXT = "Failed compilation with ['neuronx-cc', 'compile']: [NCC_EVRF009] error"
@@ -236,3 +241,51 @@ def test_a_notebook_cell_that_compiles_long_says_so_under_itself(monkeypatch):
     assert hooks[0].notice is None
     assert lines[0].startswith("Compiling a graph: 0 s so far (a graph new to this process")
     assert lines[-1] == "Compiled a graph in 0 s"
+
+
+# On the trn1 double (tests/trn1_double): each compile of a graph not in the cache takes
+# TRN1_DOUBLE_COMPILE_SECONDS under its entry's lock, as neuronx-cc's wrapper writes it.
+COMPILE_S = 7
+NOTICE = re.compile(r"Compiling a graph: (\d+) s so far \((neuronxcc-[^/]+/MODULE_\w+\+\w+) (.*?); "
+                    + re.escape(compile_notice.NEURON_HINT) + r"\)")
+
+
+def train_on_the_double(env, tmp_path, **extra):
+    argv = [sys.executable, "mnist_mlp/train.py", "--steps-this-run", "1", "--checkpoint-dir",
+            str(tmp_path / "checkpoints")]
+    return subprocess.run(argv, env={**env, **extra}, cwd=REPO_ROOT, text=True,
+                          capture_output=True, timeout=300)
+
+
+@pytest.mark.e2e
+@pytest.mark.xdist_group("trn1-double")
+def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(tmp_path):
+    env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"},
+           **build_instance(tmp_path / "trn1"), "TRN1_DOUBLE_COMPILE_SECONDS": str(COMPILE_S)}
+    cache = tmp_path / "trn1/var/tmp/neuron-compile-cache"
+    # 1. The step's graph is new, and its compile fails (as a compile can: the double on demand).
+    first = train_on_the_double(env, tmp_path, TRN1_DOUBLE_FAIL_COMPILE="#1")
+    assert first.returncode != 0
+    said = NOTICE.search(first.stdout)
+    assert said, first.stdout + first.stderr
+    seconds, key, why = said.groups()
+    assert 5 <= int(seconds) < COMPILE_S and why == f"is not in the compile cache {cache}"
+    failed = re.search(r"Compile failed after (\d+) s: (\S+) now holds a failed entry; a run that "
+                       r"meets it stops unless NEURON_CC_FLAGS has --retry_failed_compilation",
+                       first.stdout)
+    assert failed and int(failed[1]) >= COMPILE_S and failed[2] == key, first.stdout
+    # 2. The next run meets the failed entry: the wrapper skips it, the run stops, and says why.
+    second = train_on_the_double(env, tmp_path)
+    assert second.returncode != 0 and "Got a cached failed neff" in second.stderr
+    assert f"holds entries whose compile failed before ({key})" in second.stdout
+    assert "Compiling a graph" not in second.stdout
+    # 3. --retry_failed_compilation: compiled again, and said so.
+    third = train_on_the_double(env, tmp_path, NEURON_CC_FLAGS="--retry_failed_compilation")
+    assert third.returncode == 0, third.stderr
+    retried = NOTICE.search(third.stdout)
+    assert retried and retried.group(2) == key, third.stdout
+    assert retried.group(3) == "failed before; --retry_failed_compilation compiles it again"
+    compiled = re.search(r"Compiled a graph in (\d+) s \((\S+)\)", third.stdout)
+    assert compiled and int(compiled[1]) >= COMPILE_S and compiled[2] == key, third.stdout
+    lines = third.stdout.splitlines()  # said before the step's own line, which comes after it
+    assert lines.index(retried.group(0)) < next(i for i, x in enumerate(lines) if x.startswith("step 1"))
