@@ -289,3 +289,26 @@ def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(
     assert compiled and int(compiled[1]) >= COMPILE_S and compiled[2] == key, third.stdout
     lines = third.stdout.splitlines()  # said before the step's own line, which comes after it
     assert lines.index(retried.group(0)) < next(i for i, x in enumerate(lines) if x.startswith("step 1"))
+
+
+def test_two_compiles_back_to_back_are_two_compiles():
+    lines, clock, counters = [], Clock(), Counters()
+    watch = notice(lines, clock, counters=counters)
+    counters.started = 1
+    watch.poll()
+    clock.now += 6
+    watch.poll()  # the first, 6 s in: said
+    counters.finished, counters.started = 1, 2  # it ended and the next began between two looks
+    clock.now += 1
+    watch.poll()
+    clock.now += 3
+    counters.finished = 2
+    watch.poll()  # the second took 3 s: not said
+    assert lines == ["Compiling a graph: 6 s so far (a graph new to this process: XLA compiles "
+                     "each new graph once)", "Compiled a graph in 7 s"]
+
+
+def test_the_stand_in_waits_longer_before_it_speaks(monkeypatch):
+    monkeypatch.setattr("mnist_mlp.common.xla_metrics.compiles_started_and_finished", lambda: (0, 0))
+    assert compile_notice.notice_for_this_process({}).quiet_s == 30
+    assert compile_notice.notice_for_this_process({"PJRT_DEVICE": "NEURON"}).quiet_s == 5

@@ -8,8 +8,8 @@ A daemon thread looks every POLL_S at two signals:
 - on Neuron, the compile cache (compile_cache): an entry under neuronxcc-<version>/ that gained a
   lock since the run began (a compile writing it), or appeared new and is not done; it names the
   graph, and an entry that was failed when the run began says the graph failed before.
-A cache hit is read in a tenth of a second and the stand-in compiles this MLP's graphs in well
-under a second, so both stay silent. One rank (0) speaks, as it does for progress.
+A cache hit is read in a tenth of a second, and the stand-in (its compiles take a second or two)
+speaks only after QUIET_S_BY_BACKEND's 30 s, so both stay silent. Rank 0 speaks, as for progress.
 """
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ from mnist_mlp.common.compile_cache import (
 )
 
 QUIET_S = 5.0  # a compile shorter than this prints nothing
+# By backend (this module is where the notice's backend values live): on a trn1 any compile over
+# a few seconds is neuronx-cc at work; on the stand-in a busy 2-core machine can take seconds
+# for one of this MLP's graphs, which is no news to a learner.
+QUIET_S_BY_BACKEND = {"neuron": QUIET_S, "xla-cpu": 30.0}
 EVERY_S = 15.0  # then one line this often while it runs
 POLL_S = 0.5
 # The tutorial's log (docs/sources.md, "train.py's first run compiles two graphs"): what to expect.
@@ -55,7 +59,7 @@ class CompileNotice:
         self.say = say or _say
         self.clock, self.quiet_s, self.every_s, self.poll_s = clock, quiet_s, every_s, poll_s
         self.states_at_start: dict[str, str] = {}
-        self._base = (0, 0)
+        self._base = self._last = (0, 0)
         self._since = self._next_at = None
         self._entry: tuple[str, str] | None = None  # (key, why) of the graph compiling
         self._announced = False
@@ -64,7 +68,7 @@ class CompileNotice:
 
     def start(self) -> "CompileNotice":
         if self.counters is not None:
-            self._base = self.counters()
+            self._base = self._last = self.counters()
         if self.cache_dir is not None:
             self.states_at_start = {key: module_state(path)
                                     for key, path in module_entries(self.cache_dir).items()}
@@ -92,9 +96,11 @@ class CompileNotice:
 
     def poll(self) -> None:
         now = self.clock()
-        counting = self._counters_say_compiling()
+        counting, another = self._counters_say_compiling()
         entry = (self._compiling_entry(new_ok=counting)
                  if counting or not self.cache_only_while_counting else None)
+        if another and self._since is not None:  # one compile ended, the next began: two lines
+            self._close(now)
         if counting or entry is not None:
             if self._since is None:
                 self._since, self._entry = now, None
@@ -107,18 +113,24 @@ class CompileNotice:
                 self.say(f"Compiling a graph: {duration(elapsed)} so far")
                 self._next_at += self.every_s
             return
+        self._close(now)
+
+    def _close(self, now: float) -> None:
         if self._announced:
             self.say(self._closing(now - self._since))
         self._since, self._entry, self._announced = None, None, False
 
-    def _counters_say_compiling(self) -> bool:
+    def _counters_say_compiling(self) -> tuple[bool, bool]:
+        """(a compile is running, a compile ended since the last look while another runs)."""
         if self.counters is None:
-            return False
+            return False, False
         started, finished = self.counters()
+        another = finished > self._last[1] and started > self._last[0]
+        self._last = (started, finished)
         if started - self._base[0] > finished - self._base[1]:
-            return True
+            return True, another
         self._base = (started, finished)  # only what starts from here counts
-        return False
+        return False, False
 
     def _compiling_entry(self, new_ok: bool) -> tuple[str, str] | None:
         """(key, why) of an entry a compile is writing: locked since the run began, or (while
@@ -176,6 +188,7 @@ def notice_for_this_process(env=None, say=None, **options) -> CompileNotice:
 
     env = os.environ if env is None else env
     on_neuron = env.get("PJRT_DEVICE", "").upper() == "NEURON"
+    options.setdefault("quiet_s", QUIET_S_BY_BACKEND["neuron" if on_neuron else "xla-cpu"])
     return CompileNotice(counters=compiles_started_and_finished, say=say,
                          cache_dir=local_cache_dir(env) if on_neuron else None,
                          retry_failed=compiler_flag(RETRY_FAILED_FLAG, env) is True, **options)
