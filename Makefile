@@ -70,7 +70,14 @@ data: $(STAMP)
 # neuron_parallel_compile and tensorboard (`%tensorboard`) by name without activating the venv.
 # jupyter-server-proxy, a server extension the venv enables when it installs, serves
 # /proxy/<port>/: notebook 06 shows its TensorBoard there, so the one SSH tunnel to the lab is enough.
-lab: data
+# JupyterLab's defaults for the learner's lab, as an overrides.d file in the venv's app settings
+# (a choice the learner makes in Settings still wins): no "get notified about Jupyter news?"
+# pop-up, no fetching news or updates.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/workbook.json
+$(LAB_OVERRIDES): helpers/setup/jupyterlab_overrides.json
+	install -D -m 644 $< $@
+
+lab: data $(LAB_OVERRIDES)
 	@$(PY) -c 'import jupyter_server_proxy' 2>/dev/null || \
 	    { echo "jupyter-server-proxy is missing from $(VENV): run make venv" >&2; exit 1; }
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/jupyter lab --notebook-dir=notebooks \

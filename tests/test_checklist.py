@@ -18,6 +18,14 @@ def test_summary_names_the_time_and_the_counts():
     assert "to fix" not in summary_html(results[:1], at)
 
 
+def test_a_fix_that_restarts_the_kernel_says_to_run_the_notebook_again():
+    at = datetime(2026, 6, 1, 14, 3, 7)
+    restart = CheckResult("venv", False, "", "pip install -r requirements.txt, then restart the kernel")
+    other = CheckResult("cores", False, "", "shut down the other kernel")
+    assert "Run All Cells" in summary_html([restart, other], at)
+    assert "Run All Cells" not in summary_html([other, restart._replace(ok=True)], at)
+
+
 def test_check_again_shows_busy_then_when_it_ran(tmp_path):
     fixed = tmp_path / "fixed"
     seen_while_running = []

@@ -204,6 +204,18 @@ def test_plot_stage_comparison_names_epochs_when_runs_differ_in_length(tmp_path)
     assert [r["epochs"] for r in rows] == [4, 1, 0.32]
 
 
+def test_plot_stage_comparison_shows_only_the_stages_run_by_then(tmp_path, capsys):
+    write_result(tmp_path, "cpu")
+    write_result(tmp_path, "torchrun_w2", world_size=2)
+    write_result(tmp_path, "bf16_fp32", steps=600)  # notebook 05's, left by an earlier pass
+    fig, rows = stages.plot_stage_comparison(tmp_path, through="torchrun")
+    assert [r["stage"] for r in rows] == ["cpu", "torchrun_w2"]
+    out = capsys.readouterr().out
+    assert "xla stage" in out and "bf16" not in out
+    with pytest.raises(ValueError, match="one of cpu, xla, torchrun, bf16"):
+        stages.plot_stage_comparison(tmp_path, through="bf17")
+
+
 def test_plot_stage_comparison_without_any_results_says_what_to_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="run the stages first"):
         stages.plot_stage_comparison(tmp_path)

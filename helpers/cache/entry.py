@@ -2,10 +2,9 @@
 
 Only regular files are ever opened (lstat first, then O_NOFOLLOW|O_NONBLOCK and fstat), and
 only a bounded part of each: a FIFO, socket or device in an entry is listed, never read.
-A failed neuronx-cc compile is stored as a `model.neff` holding the compiler wrapper's failure
-text instead of a NEFF. An entry is called failed only when its model.neff positively reads as
-that text (UTF-8, printable, with the wrapper's markers): `prune --failed` deletes failed
-entries, so a program whose header this scanner does not know stays a program.
+What state an entry is in, and how a stored failure is recognised, is
+mnist_mlp.common.compile_cache's (the scripts' compile notice reads entries too): `prune --failed`
+deletes failed entries, so a program whose header is not known there stays a program.
 """
 from __future__ import annotations
 
@@ -14,93 +13,31 @@ import os
 import re
 import shlex
 import stat
-import struct
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from helpers.cache.units import iso_time
+from mnist_mlp.common.compile_cache import (  # noqa: F401  (the names this package reads them by)
+    FAILURE_MARKERS,
+    FAILURE_MAX_BYTES,
+    MODULE_DIR,
+    NEFF_HEADER,
+    NEFF_HEADER_SIZE,
+    STATES,
+    VERSION_DIR,
+    NotRegularFile,
+    entry_state,
+    neff_kind,
+    read_regular,
+)
 
-STATES = ("done", "failed", "locked", "incomplete", "unknown")  # unknown: no cleanup removes it
 LOG_TAIL_LINES = 20
-FAILURE_MAX_BYTES = 4096  # of a failed NEFF's text, shown in `show` and the browser
-NEFF_HEADER = struct.Struct("<QQQ")  # packaging version (1 or 2), header size (1024), data size
-NEFF_HEADER_SIZE = 1024
-# What the wrapper's failure text holds (libneuronxla writes "Failed compilation with <argv>: <error>";
-# neuronx-cc's own log ends "Compiler status ERROR"; its error codes read [NCC_XXXX000]).
-FAILURE_MARKERS = (re.compile(r"\AFailed compilation with "), re.compile(r"Compiler status ERROR"),
-                   re.compile(r"\[NCC_[A-Z]{4}\d{3}\]"))
-_TEXT_CONTROLS = frozenset(b"\t\n\r")
-
-VERSION_DIR = re.compile(r"neuronxcc-(?P<version>.+)")
 LEGACY_VERSION_DIR = re.compile(r"USER_neuroncc-(?P<version>.+)")
-MODULE_DIR = re.compile(r"MODULE_(?P<module>[0-9a-fA-F]+)\+(?P<flags>[0-9a-fA-F]+)")
 LEGACY_MODULE_DIR = re.compile(r"MODULE_(?P<module>\d+)")
 XLA_CACHE_FILE = re.compile(r"\d{16,}")
 _HLO_NAMES = ("model.hlo_module.pb", "model.hlo.pb")
 _FLAGS_NAMES = ("compile_flags.json", "compile_flags.txt")
-
-
-class NotRegularFile(OSError):
-    """A FIFO, socket, device or symlink where a regular file was expected: not opened."""
-
-
-def read_regular(path: Path, limit: int, *, tail: bool = False) -> bytes:
-    """At most `limit` bytes from the start (or end) of a regular file, never blocking."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(f"{path.name}: not a regular file")
-        if tail:
-            os.lseek(fd, max(0, st.st_size - limit), os.SEEK_SET)
-        chunks, left = [], limit
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 16))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def neff_kind(path: Path) -> tuple[str, str | None]:
-    """("neff", None) for a compiled program (a NEFF header, or any binary: a newer NEFF version
-    is still a program), ("failed", text) for the wrapper's failure text, ("unknown", text) for
-    other text, ("empty", None) for a zero-byte file."""
-    head = read_regular(path, FAILURE_MAX_BYTES)
-    if not head:
-        return "empty", None
-    if len(head) >= NEFF_HEADER.size:
-        version, header_size, _ = NEFF_HEADER.unpack_from(head)
-        if version in (1, 2) and header_size == NEFF_HEADER_SIZE:
-            return "neff", None
-    text = _printable_text(head)
-    if text is None:
-        return "neff", None  # binary we cannot name: a program, never a failure
-    if any(marker.search(text) for marker in FAILURE_MARKERS):
-        return "failed", text
-    return "unknown", text
-
-
-def _printable_text(head: bytes) -> str | None:
-    """The bytes as text if they are UTF-8 with no control characters but tab and newlines."""
-    try:
-        # A bounded prefix may end inside a multi-byte character: drop at most 3 bytes of it.
-        text = head.decode("utf-8") if len(head) < FAILURE_MAX_BYTES else _decode_prefix(head)
-    except UnicodeDecodeError:
-        return None
-    if any(ord(c) < 32 and ord(c) not in _TEXT_CONTROLS or ord(c) == 127 for c in text):
-        return None
-    return text
-
-
-def _decode_prefix(head: bytes) -> str:
-    for cut in range(4):
-        try:
-            return head[:len(head) - cut].decode("utf-8")
-        except UnicodeDecodeError as err:
-            last = err
-    raise last
 
 
 @dataclass
@@ -241,14 +178,7 @@ def scan_entry(path: Path, root: Path, layout: str, now: float | None = None) ->
             entry.failure = text
         elif kind == "unknown" and entry.unknown_text is None:
             entry.unknown_text = text
-    if locks:
-        entry.state = "locked"
-    elif "failed" in kinds or (logs and not neffs):
-        entry.state = "failed"
-    elif "unknown" in kinds:
-        entry.state = "unknown"  # text, but not the wrapper's failure: left alone
-    elif "neff" in kinds and (layout == "legacy" or "model.done" in names):
-        entry.state = "done"
+    entry.state = entry_state(names, kinds, legacy=layout == "legacy")
     if logs and entry.state != "done":
         try:
             text = read_regular(path / logs[0], 16384, tail=True).decode("utf-8", errors="replace")

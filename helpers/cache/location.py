@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.cache import flags
-from mnist_mlp.common.platform_paths import default_compile_cache
+from mnist_mlp.common.compile_cache import CACHE_URL_ENV, cache_url
 
-DEFAULT_ROOT = "/var/tmp/neuron-compile-cache"  # as the docs name it; read through default_compile_cache
-CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
+DEFAULT_ROOT = "/var/tmp/neuron-compile-cache"  # as the docs name it; read through cache_url
 XLA_CACHE_ENV = "XLA_PERSISTENT_CACHE_PATH"  # set by torch_xla.runtime.initialize_cache
 PROC_MOUNTS = Path("/proc/mounts")
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "efs", "lustre", "cifs", "smb3", "ceph", "glusterfs",
@@ -58,9 +57,7 @@ def locate_cache(env=None) -> CacheLocation:
                          "(--cache_dir=/path) or remove it to use the default cache")
     if cache_dir:
         return CacheLocation(cache_dir, f"--cache_dir in {flags.ENV_VAR}")
-    if env.get(CACHE_URL_ENV):
-        return CacheLocation(env[CACHE_URL_ENV], CACHE_URL_ENV)
-    return CacheLocation(str(default_compile_cache(env)), "the Neuron default")
+    return CacheLocation(*cache_url({k: v for k, v in env.items() if k != flags.ENV_VAR}))
 
 
 def installed_compiler_version() -> str | None:

@@ -166,9 +166,11 @@ def stop_process_tree(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> 
 # A run's summary: what a later run in the same notebook shows instead of its whole log (the
 # first run shows it all). The compiler wrapper's lines stay: on a trn1 they are the lesson
 # ("Using a cached neff"). torch-xla's CPU client's reload complaints ("Deserializing serialized
-# executable not supported", the stand-in's cache) are counted by notebook 03, not shown.
+# executable not supported", the stand-in's cache) are counted by notebook 03, not shown. The
+# compile notice's lines stay too (mnist_mlp/common/compile_notice.py): a wait is never silent.
 SUMMARY_LINE = re.compile(r"^Backend:|Graphs compiled|Train throughput|Test accuracy|NCC_WRAPPER|"
-                          r"Total (?:graphs|successful|failed)|Error|error:")
+                          r"Total (?:graphs|successful|failed)|Error|error:|"
+                          r"^Compil(?:ing|ed) a graph|^Compile failed|whose compile failed before")
 STAND_IN_RELOAD = re.compile(r"[Dd]eserializ")
 
 

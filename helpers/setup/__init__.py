@@ -1,7 +1,8 @@
 """Every notebook's first cell, notebook 00, and `make venv`.
 
 Modules: notebook_kernel (`setup()`: picks the backend, checks the machine, gives the kernel its
-NeuronCores and refuses to start while another process holds them), core_holders (who holds the
+NeuronCores and refuses to start while another process holds them), cell_compile_notice (a
+compile in a notebook's own cells said while it runs), core_holders (who holds the
 NeuronCores), environment_checks and platform_checks (notebook 00's checks), checklist (notebook
 00's checklist), venv_plan (what `make venv` runs, with the standard library only).
 

@@ -3,7 +3,9 @@
     Checklist(lambda: run_checks(backend))
 
 Displayed in Jupyter it is an ipywidgets box with a "Check again" button (shut down the other
-kernel, click, see the row turn green). Widgets do not render on GitHub or in nbviewer without
+kernel, click, see the row turn green). It re-runs the checks in the same kernel, so a fix that
+restarts the kernel or JupyterLab is seen only by running the notebook again: the line beside
+the button says so while such a row is red. Widgets do not render on GitHub or in nbviewer without
 a kernel, so the same display also carries an HTML table and a plain-text version of the rows:
 a viewer that cannot show the widget shows those. Beside the button: "checked at HH:MM:SS: N of M
 OK", so a click that changes no row still shows it ran.
@@ -64,14 +66,25 @@ def checklist_text(results: Iterable[CheckResult]) -> str:
     return "\n".join(lines)
 
 
+RERUN_NOTE = ("a fix that restarts the kernel or JupyterLab is seen only by running this notebook "
+              "again (Run > Run All Cells): Check again runs in the same kernel")
+
+
+def needs_restart(result: CheckResult) -> bool:
+    """A red row whose fix restarts the kernel or JupyterLab: Check again cannot see it."""
+    return not result.ok and "restart" in result.fix.lower()
+
+
 def summary_html(results: list[CheckResult], checked_at: datetime) -> str:
-    """'checked at 14:03:07: 9 of 9 OK', in green, or '…: 8 of 9 OK, 1 to fix' in red."""
+    """'checked at 14:03:07: 9 of 9 OK', in green, or '…: 8 of 9 OK, 1 to fix' in red; when a
+    fix restarts the kernel, that this button cannot see it (RERUN_NOTE)."""
     ok = sum(r.ok for r in results)
     failing = len(results) - ok
     colour = OK_COLOUR if not failing else FAIL_COLOUR
     to_fix = f", {failing} to fix" if failing else ""
+    rerun = f"; {RERUN_NOTE}" if any(needs_restart(r) for r in results) else ""
     return (f'<span style="color:{colour}">checked at {checked_at:%H:%M:%S}: '
-            f'{ok} of {len(results)} OK{to_fix}</span>')
+            f'{ok} of {len(results)} OK{to_fix}{html.escape(rerun)}</span>')
 
 
 class Checklist:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from helpers.launch.processes import KERNEL_ONLY, venv_bin_first
 from helpers.launch.procfs import PROC_DIR
+from helpers.setup.cell_compile_notice import watch_compiles_in_cells
 from helpers.setup.core_holders import CORE_RULE, DeviceHolder, holders_message, neuron_device_holders
 from mnist_mlp.common.backend import Backend, parse_core_list, select_backend, visible_neuron_cores
 from mnist_mlp.common.platform_paths import dev_dir
@@ -86,7 +87,8 @@ def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None) -> s
 def setup(xla: bool = True, data: bool = True, neuron_cores: str | None = "0") -> Backend:
     """Pick the backend and print which one runs; refuse to start while another process holds
     the Neuron device; give this kernel its NeuronCores (`neuron_cores`, "0" by default; None:
-    none, for a kernel whose torchrun workers take them); make sure MNIST is on disk and verified.
+    none, for a kernel whose torchrun workers take them); have each cell say a long compile while
+    it runs (helpers.setup.cell_compile_notice); make sure MNIST is on disk and verified.
 
     Why explicit: by default the Neuron runtime reserves every NeuronCore it can see for the
     process that starts it, and torch-xla narrows that only for torchrun's workers
@@ -106,6 +108,8 @@ def setup(xla: bool = True, data: bool = True, neuron_cores: str | None = "0") -
     print(backend.summary())
     if backend.name == "neuron":  # elsewhere the summary line already says "no NeuronCore"
         print(cores_line)
+    if xla:
+        watch_compiles_in_cells()  # a cell that compiles for more than a few seconds says so
     if data:
         from mnist_mlp.common.download import ensure_mnist
 

@@ -66,25 +66,37 @@ def format_table(rows: list[dict], columns: list[str] | None = None) -> str:
     return text_table([[row.get(c, "") for c in columns] for row in rows], columns, rule=True)
 
 
-def missing_stage_notes(stages) -> list[str]:
-    """A note for each stage family (cpu, xla, torchrun, bf16) with no results yet."""
-    present = set(stages)
-    return [f"No results for the {family} stage yet: run {source}."
-            for family, source in STAGE_SOURCES.items()
-            if not any(s == family or s.startswith(family + "_") for s in present)]
+def family_of(stage: str) -> str | None:
+    """The stage family (a STAGE_SOURCES key) a results stage belongs to; None for another name."""
+    return next((f for f in STAGE_SOURCES if stage == f or stage.startswith(f + "_")), None)
 
 
-def plot_stage_comparison(checkpoint_dir=None):
+def missing_stage_notes(stages, families=tuple(STAGE_SOURCES)) -> list[str]:
+    """A note for each stage family of `families` (cpu, xla, torchrun, bf16) with no results yet."""
+    present = {family_of(s) for s in stages}
+    return [f"No results for the {family} stage yet: run {STAGE_SOURCES[family]}."
+            for family in families if family not in present]
+
+
+def plot_stage_comparison(checkpoint_dir=None, through: str | None = None):
     """Throughput, final loss and test accuracy of every stage with results, in one figure.
 
-    Returns (figure, rows) where rows is results_table(); prints a note for each stage
-    that has no results yet and the table as text.
+    through: the last stage family to show (a STAGE_SOURCES key): a notebook shows the stages a
+    learner has run by then, not results a later notebook left in the same directory. Returns
+    (figure, rows) where rows is results_table(); prints a note for each stage that has no
+    results yet and the table as text.
     """
     import matplotlib.pyplot as plt
 
+    families = list(STAGE_SOURCES)
+    if through is not None:
+        if through not in STAGE_SOURCES:
+            raise ValueError(f"through={through!r}: one of {', '.join(STAGE_SOURCES)}")
+        families = families[:families.index(through) + 1]
     directory = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir()
-    results = load_results(directory)
-    for note in missing_stage_notes(results):
+    results = {stage: r for stage, r in load_results(directory).items()
+               if through is None or family_of(stage) in families}
+    for note in missing_stage_notes(results, families):
         print(note)
     if not results:
         raise FileNotFoundError(f"No {RESULTS_GLOB} in {directory}: run the stages first "

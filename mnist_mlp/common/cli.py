@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from mnist_mlp.common import atomic_files
+from mnist_mlp.common.compile_notice import watch_compiles
 from mnist_mlp.common.errors import UsageError
 from mnist_mlp.common.mnist_files import MnistDataError, default_data_dir
 from mnist_mlp.common.observe import PROFILE_START_STEP
@@ -92,13 +93,15 @@ def parse_args(description: str, argv=None, *, device_loader: bool = False,
 
 def one_line_errors(main):
     """Decorate a script's main(): it starts with the process's start-up call
-    (freeze_startup_objects), and a known failure prints `error: <what to do>` and exits 1
-    instead of a traceback."""
+    (freeze_startup_objects), runs with the compile notice (a compile longer than a few seconds
+    is said in the log while it runs), and a known failure prints `error: <what to do>` and
+    exits 1 instead of a traceback."""
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
         freeze_startup_objects()
         try:
-            return main(*args, **kwargs)
+            with watch_compiles():
+                return main(*args, **kwargs)
         except KNOWN_FAILURES as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
             raise SystemExit(1) from None

@@ -13,6 +13,7 @@ COUNTERS = ("UncachedCompile", "CachedCompile", "ExecuteComputation")
 # TransferFromDeviceTime once per device-to-host copy (loss.item(), printing a tensor, ...).
 COMPILE_TIME = "CompileTime"
 TRANSFER_FROM_DEVICE = "TransferFromDeviceTime"
+EAGER_COMPILE_TIME = "EagerOpCompileTime"  # eager mode's compiles sample this one instead
 FIELDS = COUNTERS + ("compile_time_s", "transfers_from_device")
 
 
@@ -32,3 +33,15 @@ def compile_stats() -> tuple[int, float]:
     """(graphs compiled, seconds spent compiling) so far in this process."""
     totals = read_compile_metrics()
     return int(totals["UncachedCompile"]), totals["compile_time_s"]
+
+
+def compiles_started_and_finished() -> tuple[int, int]:
+    """(UncachedCompile, CompileTime + EagerOpCompileTime samples) so far: the first counts a
+    graph as its compile starts (it missed the in-memory cache), the others take a sample when a
+    compile ends (eager mode's per-operation compiles in the second), so while they differ a
+    compile is running (torch-xla 2.9: xla_graph_executor.cpp, pjrt_computation_client.cpp)."""
+    import torch_xla.debug.metrics as met
+
+    finished = sum(int(data[0]) for name in (COMPILE_TIME, EAGER_COMPILE_TIME)
+                   if (data := met.metric_data(name)))
+    return int(met.counter_value("UncachedCompile") or 0), finished

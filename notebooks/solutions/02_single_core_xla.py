@@ -1,9 +1,13 @@
-"""Notebook 02's exercises, solved (on the XLA device: a NeuronCore, or the CPU stand-in)."""
+"""Notebook 02's exercises, solved (on the XLA device: a NeuronCore, or the CPU stand-in).
+
+On a trn1 it takes NeuronCore 0, as notebook 02's kernel does: shut that kernel down first
+(File > Close and Shut Down Notebook); while another process holds the core, setup() refuses to
+start and names it."""
 import sys
 
-from mnist_mlp.common.backend import select_backend
+from helpers.setup import setup
 
-backend = select_backend()  # before torch_xla loads, as in every script
+backend = setup()  # before torch_xla loads, as in every notebook's first cell
 import torch  # noqa: E402
 import torch_xla  # noqa: E402
 

@@ -19,7 +19,7 @@ def check_bf16_smallest_update(k) -> Feedback:
     hint = ("BF16 keeps 8 significant bits: work out how far apart its values are just above "
             "1.0. A sum exactly half way between two of them rounds to the 'even' one.")
     return judge_exact(
-        name, k, truth, hint, variable="smallest_surviving_k",
+        name, k, truth, hint, variable="largest_surviving_k",
         right=(f"2**-{truth} = {2.0 ** -truth:g} is the smallest power of two that moves 1.0; lr "
                f"0.01 x a gradient of 0.1 is 0.001 < 2**-{truth + 1}: with round-to-nearest such "
                "an update to a weight near 1 is lost."),

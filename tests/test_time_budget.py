@@ -1,0 +1,71 @@
+"""One time budget (helpers/classroom/time_budget.py): every notebook's introduction, the
+instructor's page, the README and docs/instructor.md state its figures word for word; its
+compile counts are the graph record's new graphs (plus 03's first run into an empty cache of its
+own); its per-compile range is the tutorial's log as docs/sources.md quotes it."""
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+
+import nbformat
+import pytest
+
+from helpers.classroom import time_budget
+from helpers.classroom.time_budget import BUDGET, SOLUTIONS, budget_table, intro_sentence, wait, workbook_sentence
+from tests.paths import REPO_ROOT
+
+NOTEBOOKS = {p.name[:2]: p for p in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
+STATED_COMPILES = re.compile(r"\*\*(\d+)\s+(?:new\s+graphs|graphs|times)\*\*")  # the double's reading
+
+
+def introduction(path) -> str:
+    return next(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+
+
+def test_every_notebook_has_a_budget_row():
+    assert sorted(BUDGET) == sorted(NOTEBOOKS)
+
+
+@pytest.mark.parametrize("number", sorted(NOTEBOOKS))
+def test_each_introduction_states_its_reading_time_and_compile_wait(number):
+    intro = " ".join(introduction(NOTEBOOKS[number]).split())
+    assert intro_sentence(number) in intro
+    stated = STATED_COMPILES.search(intro)  # what tests/test_trn1_double_pass.py compares
+    assert (int(stated[1]) if stated else 0) == BUDGET[number].compiles
+
+
+def test_the_docs_state_the_same_figures():
+    flat = {name: " ".join((REPO_ROOT / name).read_text().split())
+            for name in ("README.md", "docs/instructor.md", "notebooks/README.md")}
+    for name, text in flat.items():
+        assert workbook_sentence() in text, name
+    assert budget_table() in (REPO_ROOT / "notebooks/README.md").read_text()
+
+
+def test_the_compile_counts_are_the_graph_records_new_graphs():
+    record = json.loads((REPO_ROOT / "notebooks/classroom_graphs.json").read_text())
+    by_item = record["backends"]["xla-cpu"]["by_item"]
+    seen, new = set(), {}
+    for item in sorted(by_item, key=lambda k: (k.startswith("solutions/"), k)):  # the pass's order
+        new[item] = len(set(by_item[item]) - seen)
+        seen |= set(by_item[item])
+    for number, path in NOTEBOOKS.items():
+        b = BUDGET[number]
+        assert b.compiles == new[path.name] + b.compiles_with_archive, number
+    assert SOLUTIONS.compiles == sum(n for item, n in new.items() if item.startswith("solutions/"))
+
+
+def test_a_compile_takes_what_the_tutorials_log_shows():
+    row = next(line for line in (REPO_ROOT / "docs/sources.md").read_text().splitlines()
+               if line.startswith("| `train.py`'s first run compiles two graphs"))
+    stamps = [datetime.strptime(s, "%H:%M:%S") for s in re.findall(r"2022-04-12 (\d\d:\d\d:\d\d)", row)]
+    start, first_done, second_start, second_done = stamps
+    assert (first_done - start).seconds == time_budget.SLOWEST_COMPILE_S  # 3 min 5 s
+    assert (second_done - second_start).seconds == time_budget.FASTEST_COMPILE_S  # 7 s
+
+
+def test_waits_read_as_a_learner_plans_them():
+    assert wait(0) == "none"
+    assert wait(2) == "14 s to 7 min"  # 2 x 7 s; 2 x 185 s = 6 min 10 s, rounded up
+    assert wait(33) == "4 min to 1 h 42 min"
