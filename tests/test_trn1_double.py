@@ -59,14 +59,19 @@ def rules(tmp_path, monkeypatch):
     ({}, [0, 1]),  # every core of the machine
     ({"NEURON_RT_VISIBLE_CORES": "1"}, [1]),
     ({"NEURON_RT_VISIBLE_CORES": "0-1"}, [0, 1]),
+    ({"NEURON_RT_VISIBLE_CORES": "0,1"}, [0, 1]),  # a list, as the developer guide allows
+    ({"NEURON_RT_VISIBLE_CORES": "0-0,1"}, [0, 1]),  # a range and a list
     ({"NEURON_RT_NUM_CORES": "1"}, 1),  # a count: the runtime picks free ones
+    ({"NEURON_RT_NUM_CORES": "0"}, [0, 1]),  # "0, which is interpreted as 'all'"
+    ({"NEURON_RT_VISIBLE_CORES": "1", "NEURON_RT_NUM_CORES": "2"}, [1]),  # VISIBLE wins
 ])
 def test_the_cores_a_process_asks_for(rules, env, cores):
     assert rules.requested_cores(env) == cores
 
 
-@pytest.mark.parametrize("env", [{"NEURON_RT_VISIBLE_CORES": "2"}, {"NEURON_RT_VISIBLE_CORES": "0,1"},
-                                 {"NEURON_RT_NUM_CORES": "3"}, {"NEURON_RT_NUM_CORES": "0"}])
+@pytest.mark.parametrize("env", [{"NEURON_RT_VISIBLE_CORES": "2"}, {"NEURON_RT_VISIBLE_CORES": "1,0"},
+                                 {"NEURON_RT_VISIBLE_CORES": "1-0"}, {"NEURON_RT_NUM_CORES": "3"},
+                                 {"NEURON_RT_NUM_CORES": "-1"}])
 def test_cores_the_instance_does_not_have_are_refused(rules, env):
     with pytest.raises(RuntimeError):
         rules.requested_cores(env)
@@ -79,3 +84,55 @@ def test_the_cache_the_environment_selects(rules, tmp_path):
     both = {"NEURON_COMPILE_CACHE_URL": "/u", "NEURON_CC_FLAGS": "-O1 --cache_dir=/d"}
     assert rules.cache_root(both) == "/d"  # --cache_dir wins, as the env-vars page says
     assert rules.compiler_flags(both) == ["-O1"]
+
+
+COMPILE_ONE = ("from mnist_mlp.common.backend import select_backend\n"
+               "d = select_backend().device\n"
+               "import torch, torch_xla\n"
+               "x = torch.ones(3, device=d) * 5\n"
+               "torch_xla.sync(); print(x.cpu().sum().item(), flush=True)")
+
+
+def run_double(code, env, timeout=120):
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+@pytest.fixture
+def instance(tmp_path):
+    import os
+
+    return {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}, **build_instance(tmp_path)}
+
+
+@pytest.mark.e2e
+def test_a_compile_takes_the_time_a_test_asks_for(instance, tmp_path):
+    r = run_double(COMPILE_ONE, {**instance, "TRN1_DOUBLE_COMPILE_SECONDS": "1.5"})
+    assert r.returncode == 0, r.stderr
+    events = journal(tmp_path)
+    start = next(e for e in events if e["event"] == "compiling")
+    done = next(e for e in events if e["event"] == "compiled")
+    assert start["seconds"] == 1.5 and done["time"] - start["time"] >= 1.5
+    assert not list(tmp_path.glob("var/tmp/neuron-compile-cache/*/*/*.lock"))
+
+
+@pytest.mark.e2e
+def test_a_compile_failed_on_demand_is_cached_as_failed_until_retried(instance, tmp_path):
+    failing = {**instance, "TRN1_DOUBLE_FAIL_COMPILE": "#1"}
+    r = run_double(COMPILE_ONE, failing)
+    assert r.returncode != 0 and "failed on demand" in r.stderr
+    again = run_double(COMPILE_ONE, instance)  # the failure is cached: no compile
+    assert again.returncode != 0 and "Got a cached failed neff" in again.stderr
+    retry = run_double(COMPILE_ONE, {**instance, "NEURON_CC_FLAGS": "--retry_failed_compilation"})
+    assert retry.returncode == 0 and retry.stdout.strip() == "15.0", retry.stderr
+    assert [e["event"] for e in journal(tmp_path) if e["event"] != "reserved"] == [
+        "compiling", "failed", "cached-failure", "compiling", "compiled"]
+
+
+@pytest.mark.e2e
+def test_a_compile_killed_midway_leaves_its_hlo_and_lock(instance, tmp_path):
+    r = run_double(COMPILE_ONE, {**instance, "TRN1_DOUBLE_KILL_COMPILE": "*"})
+    assert r.returncode == -9
+    entry, = tmp_path.glob("var/tmp/neuron-compile-cache/neuronxcc-*/MODULE_*")
+    assert sorted(p.name for p in entry.iterdir()) == [
+        "compile_flags.json", "model.hlo_module.pb", "model.hlo_module.pb.lock"]

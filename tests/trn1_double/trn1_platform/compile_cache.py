@@ -3,14 +3,27 @@
 Each graph this process compiles (XLA on the CPU) is looked up by its key under
 <cache>/neuronxcc-<version>/MODULE_<graph hash>+<flags hash>/ (docs/sources.md, "A cache hit,
 and the cache key"): a done entry is read ("Using a cached neff"), a failed one stops the run
-unless --retry_failed_compilation, a missing one is compiled and written. Under
-NEURON_EXTRACT_GRAPHS_ONLY (neuron_parallel_compile's trial) only the HLO is written, for the
-wrapper to compile afterwards. The double never makes a compile fail: no source says which
-graphs of this MLP would.
+unless --retry_failed_compilation, a locked one is waited for, a missing one is compiled under
+a lock and written. Under NEURON_EXTRACT_GRAPHS_ONLY (neuron_parallel_compile's trial) a new
+graph is written as HLO only and named in the trial's output, for the tool to compile.
+
+Faults and delays on demand (no source says which graphs of this MLP would fail, or how long
+one takes; a test names them):
+- TRN1_DOUBLE_COMPILE_SECONDS=<s>: each compile takes s seconds (default 0), its entry holding
+  the HLO and a `model.hlo_module.pb.lock` meanwhile;
+- TRN1_DOUBLE_FAIL_COMPILE=<which>: a matching compile fails (its model.neff holds the failure
+  text, so the next run meets the cached failure) and the run stops;
+- TRN1_DOUBLE_KILL_COMPILE=<which>: the process is killed (SIGKILL) halfway through a matching
+  compile, leaving the HLO and the lock, no NEFF.
+<which> is a comma-separated list of: `*` (every compile), `#N` (this process's Nth compile,
+from 1), a compiler flag such as `--model-type=transformer` (compiles while NEURON_CC_FLAGS
+holds it), or the start of a graph hash. A ctrl-C (SIGINT) during a compile marks the graph
+failed, as the caching page says.
 """
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -18,11 +31,15 @@ from pathlib import Path
 from trn1_platform import rules
 
 NEFF_HEADER = (1).to_bytes(8, "little") + (1024).to_bytes(8, "little")
+LOCK_NAME = "model.hlo_module.pb.lock"
+DEBUG_MARK = b"debug-metadata"  # in the double's NEFF payload: compiled under DEBUG_VARIABLES
+WAIT_POLL_S = 0.2  # not in the sources: how often a waiting compile looks again
+_compiles = {"count": 0}
 
 
-def neff_bytes(hlo: bytes) -> bytes:
+def neff_bytes(hlo: bytes, debug: bool = False) -> bytes:
     """A NEFF-shaped program: the 1024-byte header (version 1, header size), then a payload."""
-    payload = hashlib.sha256(hlo).digest() * 32
+    payload = hashlib.sha256(hlo).digest() * 32 + (DEBUG_MARK if debug else b"")
     return (NEFF_HEADER + len(payload).to_bytes(8, "little")).ljust(1024, b"\0") + payload
 
 
@@ -48,16 +65,74 @@ def journal(event: str, **fields) -> None:
 
 
 def is_failed(neff: Path) -> bool:
-    head = neff.read_bytes()[:64]
-    return head.startswith(b"Failed compilation with")
+    return neff.read_bytes()[:64].startswith(b"Failed compilation with")
 
 
-def write_done(entry: Path, hlo: bytes) -> None:
+def debug_requested() -> bool:
+    """Whether this process was started with XLA_IR_DEBUG/XLA_HLO_DEBUG (runtime.install keeps
+    them from torch-xla's hash and records them here)."""
+    return os.environ.get("TRN1_DOUBLE_DEBUG_METADATA") == "1"
+
+
+def matches(variable: str, graph_hash: str, env=None) -> bool:
+    """Whether this compile is one the test names in `variable` (see the module's docstring)."""
+    env = os.environ if env is None else env
+    for token in filter(None, (t.strip() for t in env.get(variable, "").split(","))):
+        if token == "*" or graph_hash.startswith(token):
+            return True
+        if token.startswith("#") and token[1:].isdigit() and int(token[1:]) == _compiles["count"]:
+            return True
+        if token.startswith("-") and token in rules.compiler_flags(env):
+            return True
+    return False
+
+
+def failure_text(entry: Path, error: str) -> bytes:
+    """The wrapper's stored failure, in the shape of a public cache's model.log (docs/sources.md,
+    "A failed compile's stored text")."""
+    argv = ["neuronx-cc", "--target=trn1", "compile", "--framework", "XLA",
+            str(entry / "model.hlo_module.pb"), "--output", str(entry / "model.neff"),
+            *rules.compiler_flags()]
+    return f"Failed compilation with {argv}: {error}\n".encode()
+
+
+def compile_graph(entry: Path, graph_hash: str, hlo: bytes) -> None:
+    """One neuronx-cc run for this graph while this process holds the entry's lock, with the
+    test's delay and faults; the lock goes when it ends, unless the process is killed."""
+    _compiles["count"] += 1
+    key = f"{entry.parent.name}/{entry.name}"
+    seconds = float(os.environ.get("TRN1_DOUBLE_COMPILE_SECONDS") or 0)
+    journal("compiling", key=key, seconds=seconds)
+    try:
+        (entry / "model.hlo_module.pb").write_bytes(hlo)
+        (entry / "compile_flags.json").write_text(json.dumps(rules.compiler_flags()))
+        if matches("TRN1_DOUBLE_KILL_COMPILE", graph_hash):
+            time.sleep(seconds / 2)
+            journal("killed", key=key)
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(seconds)
+        if matches("TRN1_DOUBLE_FAIL_COMPILE", graph_hash):
+            failure = failure_text(entry, "[NCC_DOUBLE001] failed on demand (trn1 double)")
+            (entry / "model.neff").write_bytes(failure)
+            journal("failed", key=key)
+            raise RuntimeError(failure.decode().strip())
+        (entry / "model.neff").write_bytes(neff_bytes(hlo, debug_requested()))
+        (entry / "model.done").touch()
+    except KeyboardInterrupt:  # "interrupted by ctrl-C ... The graph would be marked as failed"
+        (entry / "model.neff").write_bytes(failure_text(entry, "interrupted (KeyboardInterrupt)"))
+        journal("failed", key=key, interrupted=True)
+        raise
+    finally:
+        (entry / LOCK_NAME).unlink(missing_ok=True)
+
+
+def take_lock(entry: Path) -> bool:
     entry.mkdir(parents=True, exist_ok=True)
-    (entry / "model.hlo_module.pb").write_bytes(hlo)
-    (entry / "compile_flags.json").write_text(json.dumps(rules.compiler_flags()))
-    (entry / "model.neff").write_bytes(neff_bytes(hlo))
-    (entry / "model.done").touch()
+    try:
+        os.close(os.open(entry / LOCK_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
 
 
 def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
@@ -65,6 +140,8 @@ def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
     entry = entry_dir(graph_hash)
     key = None if entry is None else f"{entry.parent.name}/{entry.name}"
     if entry is None or rules.cache_flag("--no_cache"):
+        _compiles["count"] += 1
+        time.sleep(float(os.environ.get("TRN1_DOUBLE_COMPILE_SECONDS") or 0))
         say(rules.COMPILED_LINES[0])
         journal("compiled", key=key, cached=False)
         return
@@ -74,28 +151,58 @@ def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
             entry.mkdir(parents=True, exist_ok=True)
             (entry / "model.hlo_module.pb").write_bytes(hlo)
             (entry / "compile_flags.json").write_text(json.dumps(rules.compiler_flags()))
-        journal("extracted", key=key)
+            say(rules.EXTRACTING_LINE.format(path=entry / "model.hlo_module.pb"))
+            journal("extracted", key=key)
         return
-    if neff.exists() and is_failed(neff) and not rules.cache_flag("--retry_failed_compilation"):
-        say(rules.CACHED_FAILURE_LINE.format(neff=neff))
-        journal("cached-failure", key=key)
-        raise RuntimeError(rules.CACHED_FAILURE_LINE.format(neff=neff))
-    if neff.exists() and (entry / "model.done").exists() and not is_failed(neff):
-        say(rules.CACHED_NEFF_LINE.format(neff=neff))
-        journal("cached", key=key)
-        return
-    write_done(entry, hlo)
+    waiting_since = None
+    while True:
+        if neff.exists() and is_failed(neff) and not rules.cache_flag("--retry_failed_compilation"):
+            say(rules.CACHED_FAILURE_LINE.format(neff=neff))
+            journal("cached-failure", key=key)
+            raise RuntimeError(rules.CACHED_FAILURE_LINE.format(neff=neff))
+        if neff.exists() and (entry / "model.done").exists() and not is_failed(neff):
+            say(rules.CACHED_NEFF_LINE.format(neff=neff))
+            journal("cached", key=key, **_metadata(neff))
+            return
+        if take_lock(entry):
+            break
+        now = time.time()
+        if waiting_since is None:
+            waiting_since, said = now, -1
+            journal("waiting", key=key)
+        if int((now - waiting_since) // 60) > said:  # once a minute, as the reports show it
+            said = int((now - waiting_since) // 60)
+            say(rules.WAITING_LINE.format(key=entry.name, minutes=(now - waiting_since) / 60))
+        time.sleep(WAIT_POLL_S)
+    compile_graph(entry, graph_hash, hlo)
     for line in rules.COMPILED_LINES:
         say(line)
-    journal("compiled", key=key, cached=True)
+    journal("compiled", key=key, cached=True, **({"debug": True} if debug_requested() else {}))
 
 
-def compile_pending(root: Path, say=print) -> tuple[int, int]:
-    """neuron_parallel_compile's second phase: compile every entry holding only its HLO.
-    Returns (graphs, compiled)."""
-    pending = [d for d in root.glob("neuronxcc-*/MODULE_*")
-               if (d / "model.hlo_module.pb").exists() and not (d / "model.neff").exists()]
-    for entry in pending:
-        write_done(entry, (entry / "model.hlo_module.pb").read_bytes())
-        journal("compiled", key=f"{entry.parent.name}/{entry.name}", cached=True, parallel=True)
-    return len(pending), len(pending)
+def _metadata(neff: Path) -> dict:
+    """For the journal: a cached NEFF read by a process that asked for debug metadata, and
+    whether that NEFF has it (the Explorer page: "Previously-cached NEFFs don't have this")."""
+    if not debug_requested():
+        return {}
+    return {"debug": True, "neff_has_metadata": neff.read_bytes().endswith(DEBUG_MARK)}
+
+
+def compile_named(paths: list[str], say=print) -> dict[str, bool]:
+    """neuron_parallel_compile's second phase on the graphs its trial named: each one not done
+    and not locked is compiled under its lock; returns {path: succeeded}."""
+    status = {}
+    for path in sorted(set(paths)):
+        entry = Path(path).parent
+        neff = entry / "model.neff"
+        if neff.exists() or not take_lock(entry):  # done, or another worker's
+            continue
+        graph_hash = entry.name.removeprefix("MODULE_").split("+")[0]
+        try:
+            compile_graph(entry, graph_hash, (entry / "model.hlo_module.pb").read_bytes())
+            journal("compiled", key=f"{entry.parent.name}/{entry.name}", cached=True, parallel=True)
+            status[path] = True
+        except RuntimeError as error:
+            say(f"ERROR: Process {os.getpid()} failed compilation: {error}")
+            status[path] = False
+    return status

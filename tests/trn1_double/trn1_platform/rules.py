@@ -11,7 +11,7 @@ PLATFORM_ROOT_ENV = "WORKBOOK_PLATFORM_ROOT"
 NEURONX_CC_VERSION = "2.26.6360.0"  # docs/sources.md: "Neuron 2.31's packages"
 
 # docs/sources.md, "By default a process's Neuron runtime reserves every NeuronCore present,
-# until the process exits" and "NEURON_RT_VISIBLE_CORES takes one index or one range".
+# until the process exits".
 RESERVES_EVERY_VISIBLE_CORE_UNTIL_EXIT = True
 # docs/sources.md, "The runtime's log line when a core is in use" (nrt-troubleshoot.html).
 # The doc quotes one example (Requested:nc1-nc1 Available:0); the double fills in the cores
@@ -27,6 +27,16 @@ CACHED_FAILURE_LINE = ("INFO ||NCC_WRAPPER||: Got a cached failed neff at {neff}
 # the lines that close one compile in the tutorial's log.
 COMPILED_LINES = ("Compiler status PASS",
                   "INFO ||NCC_WRAPPER||: Exiting with a successfully compiled graph")
+# Not in the Neuron docs: learners' reports of a lock left by a killed compile (docs/sources.md,
+# "A lock left by a killed compile makes the next compile of that graph wait").
+WAITING_LINE = "INFO ||NCC_WRAPPER||: Another process must be compiling {key}, been waiting for: {minutes:.1f} minutes"
+# docs/sources.md, "neuron_parallel_compile as its source runs": the trial's line that names a
+# graph (the source parses "Extracting graphs (<path>)"; the rest of the line is its docstring's).
+EXTRACTING_LINE = ("Extracting graphs ({path}) for ahead-of-time parallel compilation. "
+                   "No compilation was done.")
+# docs/sources.md, "Debug variables and cached NEFFs": torch-xla folds these into its own graph
+# hash, yet a NEFF cached without their metadata is used again (the Explorer page).
+DEBUG_VARIABLES = ("XLA_IR_DEBUG", "XLA_HLO_DEBUG")
 
 
 def platform_root() -> Path:
@@ -40,27 +50,37 @@ def machine_cores() -> int:
 
 
 def requested_cores(env=None) -> list[int] | int:
-    """The cores this process's runtime reserves: NEURON_RT_VISIBLE_CORES (one index or one
-    inclusive range, "Any value or range between 0 to Max NeuronCore in the system"), else a
-    count of free ones, NEURON_RT_NUM_CORES ("will attempt to automatically reserve the number of
-    free NeuronCores specified"; returned as an int), else every core of the machine."""
+    """The cores this process's runtime reserves.
+
+    NEURON_RT_VISIBLE_CORES, read as the runtime developer guide writes it (docs/sources.md,
+    "NEURON_RT_VISIBLE_CORES: a list, a range or both"): "a list of NeuronCores ... a range ...
+    or a combination of both", the result "contiguous" and "in consecutive increasing order".
+    The configuration guide says "a single NeuronCore index or an inclusive range value": every
+    value it allows, the developer guide allows too, so only a list tells them apart (not in the
+    sources: which one the 2.31 runtime enforces). Else NEURON_RT_NUM_CORES, a count of free
+    cores (returned as an int; "0, which is interpreted as 'all'"), else every core."""
     env = os.environ if env is None else env
     total = machine_cores()
     spec = env.get("NEURON_RT_VISIBLE_CORES", "").strip()
     if not spec:
         count = env.get("NEURON_RT_NUM_CORES", "").strip()
         if count:
-            if not count.isdigit() or not 1 <= int(count) <= total:
-                raise RuntimeError(f"NEURON_RT_NUM_CORES={count!r}: a number from 1 to {total}")
-            return int(count)
+            if not count.isdigit() or int(count) > total:
+                raise RuntimeError(f"NEURON_RT_NUM_CORES={count!r}: a number from 0 (all) to {total}")
+            return int(count) or list(range(total))
         return list(range(total))
-    m = re.fullmatch(r"(\d+)(?:-(\d+))?", spec)
-    if not m:
-        raise RuntimeError(f"NEURON_RT_VISIBLE_CORES={spec!r}: one index or one range")
-    lo, hi = int(m[1]), int(m[2] or m[1])
-    if hi >= total or hi < lo:
+    cores = []
+    for part in spec.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", part)
+        if not m or int(m[2] or m[1]) < int(m[1]):
+            raise RuntimeError(f"NEURON_RT_VISIBLE_CORES={spec!r}: indices, ranges or both")
+        cores.extend(range(int(m[1]), int(m[2] or m[1]) + 1))
+    if cores != list(range(cores[0], cores[0] + len(cores))):
+        raise RuntimeError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the cores must be contiguous, "
+                           "in increasing order")
+    if cores[-1] >= total:
         raise RuntimeError(f"NEURON_RT_VISIBLE_CORES={spec!r}: this instance has cores 0-{total - 1}")
-    return list(range(lo, hi + 1))
+    return cores
 
 
 def cache_root(env=None) -> str:
