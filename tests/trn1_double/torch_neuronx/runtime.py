@@ -131,7 +131,7 @@ def invalid_outputs() -> None:
 
     import torch
 
-    real = {name: getattr(torch.Tensor, name) for name in ("cpu", "item", "tolist", "to")}
+    real = {name: getattr(torch.Tensor, name) for name in ("cpu", "item", "tolist", "to", "__float__")}
 
     def stub(tensor):
         return torch.rand_like(tensor) if tensor.is_floating_point() else torch.zeros_like(tensor)
@@ -152,7 +152,11 @@ def invalid_outputs() -> None:
     def tolist(self):
         return real["tolist"](cpu(self)) if self.device.type == "xla" else real["tolist"](self)
 
+    def as_float(self):
+        return random.random() if self.device.type == "xla" else real["__float__"](self)
+
     torch.Tensor.cpu, torch.Tensor.to, torch.Tensor.item, torch.Tensor.tolist = cpu, to, item, tolist
+    torch.Tensor.__float__ = as_float
 
 
 def install() -> None:
