@@ -183,3 +183,21 @@ def test_neuron_parallel_compile_stops_on_a_failed_trial_and_exits_with_the_fail
     assert ignored.returncode == 0 and "No todo hlos found" in ignored.stdout
     failing = parallel_compile(COMPILE_ONE, {**instance, "TRN1_DOUBLE_FAIL_COMPILE": "*"})
     assert failing.returncode == 1 and "Total failed compilations: 1" in failing.stdout
+
+
+@pytest.mark.e2e
+def test_a_compile_interrupted_by_ctrl_c_is_cached_as_failed(instance, tmp_path):
+    """The caching page: "compilation is interrupted by ctrl-C ... The graph would be marked as failed"."""
+    import signal
+    import time
+
+    slow = python(COMPILE_ONE, {**instance, "TRN1_DOUBLE_COMPILE_SECONDS": "60"})
+    deadline = time.time() + 120
+    while not any(e["event"] == "compiling" for e in journal(tmp_path)) and time.time() < deadline:
+        time.sleep(0.2)
+    slow.send_signal(signal.SIGINT)
+    _, err = slow.communicate(timeout=60)
+    assert slow.returncode != 0 and "KeyboardInterrupt" in err
+    assert not list(tmp_path.glob("var/tmp/neuron-compile-cache/*/*/*.lock"))
+    again = run_double(COMPILE_ONE, instance)
+    assert again.returncode != 0 and "Got a cached failed neff" in again.stderr
