@@ -26,13 +26,18 @@ def make_sysfs(root, cores_per_device):
     return root
 
 
-def test_parse_core_list_takes_one_index_or_one_range():
+def test_parse_core_list_takes_indices_ranges_or_both_contiguous():
+    """The runtime developer guide's forms (docs/sources.md)."""
     assert parse_core_list("0") == [0]
     assert parse_core_list("0-1") == [0, 1]
     assert parse_core_list(" 4-7 ") == [4, 5, 6, 7]
-    for bad in ("a", "1-", "", "0,1"):
-        with pytest.raises(ValueError, match="NEURON_RT_VISIBLE_CORES.*one core index or one range"):
+    assert parse_core_list("3,4,5,6") == parse_core_list("3-5,6") == [3, 4, 5, 6]
+    for bad in ("a", "1-", "", "0,,1"):
+        with pytest.raises(ValueError, match="NEURON_RT_VISIBLE_CORES.*indices, ranges or both"):
             parse_core_list(bad)
+    for gap in ("3,5,6", "1,0"):  # "this is not valid: NEURON_RT_VISIBLE_CORES=3,5,6"
+        with pytest.raises(ValueError, match="contiguous and increasing"):
+            parse_core_list(gap)
     with pytest.raises(ValueError, match="runs backwards; write '1-3'"):
         parse_core_list("3-1")
 
@@ -61,8 +66,9 @@ def test_visible_cores_respect_neuron_rt_visible_cores(tmp_path):
     assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "2-3"}, sysfs, nodev) == 2
     # cores the machine does not have do not count
     assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "3-9"}, sysfs, nodev) == 1
-    with pytest.raises(ValueError, match="not a list"):
-        visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "0,1"}, sysfs, nodev)
+    assert visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "0,1"}, sysfs, nodev) == 2
+    with pytest.raises(ValueError, match="not '0,2'"):
+        visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "0,2"}, sysfs, nodev)
 
 
 def test_trainium2_cores_are_counted_logically(tmp_path):

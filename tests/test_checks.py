@@ -97,3 +97,24 @@ def test_the_failure_messages_say_exactly_what_failed():
 def test_a_label_alone_is_a_check_that_holds(capsys):
     check("the run finished")
     assert capsys.readouterr().out == "✓ the run finished\n"
+
+
+def test_a_check_the_platform_double_cannot_decide_is_reported_and_the_notebook_runs_on(
+        tmp_path, monkeypatch, capsys):
+    """Only a test double's tree names such checks (platform_paths.undecidable_checks); on a real
+    machine (no WORKBOOK_PLATFORM_ROOT) the same check raises as always."""
+    import json
+
+    label = "a recipe's accuracy gap"
+    with pytest.raises(CheckFailed):
+        check(label, 0.3, "<=", 0.01)
+    (tmp_path / "etc/workbook").mkdir(parents=True)
+    (tmp_path / "etc/workbook/undecidable-checks.json").write_text(json.dumps({label: "no such hardware"}))
+    monkeypatch.setenv("WORKBOOK_PLATFORM_ROOT", str(tmp_path))
+    check(label, 0.3, "<=", 0.01)
+    check(label, False)
+    assert capsys.readouterr().out.splitlines() == [
+        f"? {label} 0.3 > 0.01: undecided here (no such hardware)",
+        f"? {label}: does not hold, undecided here (no such hardware)"]
+    with pytest.raises(CheckFailed):
+        check("any other check", 0.3, "<=", 0.01)

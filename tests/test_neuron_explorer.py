@@ -11,9 +11,17 @@ def test_links_are_pinned_to_the_release():
 
 
 def test_environment_capture_sets_the_documented_variables():
-    env = capture_env("out")
+    env = capture_env("out", cc_flags="")
     assert env == {"NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_OUTPUT_DIR": "out",
-                   "XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"}
+                   "XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1",
+                   "NEURON_CC_FLAGS": "--cache_dir=out/compile-cache"}
+
+
+def test_a_capture_compiles_into_a_new_cache_keeping_the_compiler_flags():
+    """A NEFF cached without the debug metadata would be used as it is (the Explorer's
+    troubleshooting page): the capture's graphs compile again, into the capture's own cache."""
+    env = capture_env("out", cc_flags="--model-type=transformer --cache_dir=/shared/cache")
+    assert env["NEURON_CC_FLAGS"] == "--model-type=transformer --cache_dir=out/compile-cache"
 
 
 def test_command_lines():

@@ -136,3 +136,68 @@ def test_a_compile_killed_midway_leaves_its_hlo_and_lock(instance, tmp_path):
     entry, = tmp_path.glob("var/tmp/neuron-compile-cache/neuronxcc-*/MODULE_*")
     assert sorted(p.name for p in entry.iterdir()) == [
         "compile_flags.json", "model.hlo_module.pb", "model.hlo_module.pb.lock"]
+
+
+@pytest.mark.e2e
+def test_a_graph_asked_for_with_debug_metadata_is_read_from_a_cache_warmed_without_it(instance, tmp_path):
+    """The Explorer page: "Previously-cached NEFFs don't have this metadata"; notebook 06's
+    capture (helpers.inside.neuron_explorer.capture_env) therefore compiles into a new cache."""
+    from helpers.inside.neuron_explorer import COMPILE_DEBUG_ENV, capture_env
+
+    assert run_double(COMPILE_ONE, instance).returncode == 0
+    warm = run_double(COMPILE_ONE, {**instance, **COMPILE_DEBUG_ENV})
+    assert warm.returncode == 0 and "Using a cached neff" in warm.stderr, warm.stderr[-2000:]
+    assert [(e["event"], e.get("neff_has_metadata")) for e in journal(tmp_path)
+            if e["event"] in ("compiled", "cached")] == [("compiled", None), ("cached", False)]
+    capture = run_double(COMPILE_ONE, {**instance, **capture_env(tmp_path / "capture", cc_flags="")})
+    assert capture.returncode == 0
+    assert journal(tmp_path)[-1]["event"] == "compiled" and journal(tmp_path)[-1]["debug"]
+    assert list((tmp_path / "capture/compile-cache").glob("neuronxcc-*/MODULE_*/model.done"))
+
+
+def parallel_compile(code, env):
+    return subprocess.run(["neuron_parallel_compile", sys.executable, "-c", code], env=env,
+                          cwd=REPO_ROOT, text=True, capture_output=True, timeout=300)
+
+
+@pytest.mark.e2e
+def test_neuron_parallel_compile_compiles_the_graphs_its_trial_names_then_finds_none(instance, tmp_path):
+    cold = parallel_compile(COMPILE_ONE, instance)
+    assert cold.returncode == 0, cold.stdout[-2000:]
+    assert "Extracting graphs (" in cold.stdout and "Total graphs: 1" in cold.stdout
+    assert "15.0" not in cold.stdout.split("Extracting")[-1]  # the trial's value is not real
+    assert [e["event"] for e in journal(tmp_path) if e["event"] not in ("reserved", "compiling")] == [
+        "extracted", "trial", "compiled"]
+    warm = parallel_compile(COMPILE_ONE, instance)
+    assert warm.returncode == 0 and "No todo hlos found" in warm.stdout
+    assert "Total graphs" not in warm.stdout
+
+
+@pytest.mark.e2e
+def test_neuron_parallel_compile_stops_on_a_failed_trial_and_exits_with_the_failed_count(instance):
+    crash = "import sys; sys.exit(3)"
+    stopped = parallel_compile(crash, instance)
+    assert stopped.returncode == 1 and "There was an error in the training script." in stopped.stdout
+    assert "Total graphs" not in stopped.stdout and "No todo" not in stopped.stdout
+    ignored = parallel_compile(crash, {**instance, "NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE": "1"})
+    assert ignored.returncode == 0 and "No todo hlos found" in ignored.stdout
+    failing = parallel_compile(COMPILE_ONE, {**instance, "TRN1_DOUBLE_FAIL_COMPILE": "*"})
+    assert failing.returncode == 1 and "Total failed compilations: 1" in failing.stdout
+
+
+@pytest.mark.e2e
+def test_a_compile_interrupted_by_ctrl_c_is_cached_as_failed(instance, tmp_path):
+    """The caching page: "compilation is interrupted by ctrl-C ... The graph would be marked as failed"."""
+    import signal
+    import time
+
+    slow = python(COMPILE_ONE, {**instance, "TRN1_DOUBLE_COMPILE_SECONDS": "60"})
+    deadline = time.time() + 120
+    while not any(e["event"] == "compiling" for e in journal(tmp_path)) and time.time() < deadline:
+        time.sleep(0.2)
+    slow.send_signal(signal.SIGINT)
+    _, err = slow.communicate(timeout=60)
+    assert slow.returncode != 0 and "KeyboardInterrupt" in err
+    assert not list(tmp_path.glob("var/tmp/neuron-compile-cache/*/*/*.lock"))
+    again = run_double(COMPILE_ONE, instance)
+    assert again.returncode != 0 and "Got a cached failed neff" in again.stderr

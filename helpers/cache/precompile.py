@@ -1,9 +1,6 @@
 """Fill the compile cache ahead of training with neuron_parallel_compile, then train.
 
-On Trainium:
-    neuron_parallel_compile <run command> --steps-this-run 10   # trial: trace, then compile in parallel
-    <run command>                                               # the real run: every graph cached
-
+On Trainium, `neuron_parallel_compile <run command> --steps-this-run 10`, then `<run command>`:
 neuron_parallel_compile runs the trial in graph-extraction mode (its outputs are invalid),
 collects every graph it traces into the Neuron persistent cache and compiles them all in
 parallel. The Neuron docs warn that, except for the step limit, the trial's options must match
@@ -28,7 +25,7 @@ from typing import Callable, Sequence
 
 from helpers.cache.location import CompileCacheError, locate_cache
 from helpers.cache.scan import CacheScan, scan_cache
-from helpers.launch.processes import RANK_PREFIX_TEMPLATE, free_port, run_streaming
+from helpers.launch.processes import RANK_PREFIX_TEMPLATE, CommandFailed, free_port, run_streaming
 from helpers.launch.torchrun import torchrun_argv
 from mnist_mlp.common.backend import check_worker_count, instance_type
 from mnist_mlp.common.paths import repo_relative
@@ -41,11 +38,8 @@ TRIAL_STEPS = 10
 RETRIES_VARIABLE = "NEURON_PARALLEL_COMPILE_MAX_RETRIES"
 RETRIES_ON = {"trn1.2xlarge": "1"}
 _GRAPHS_LINE = re.compile(r"Graphs compiled: (\d+)")
-_NPC_TOTALS = {
-    "total": re.compile(r"Total graphs: (\d+)"),
-    "succeeded": re.compile(r"Total successful compilations: (\d+)"),
-    "failed": re.compile(r"Total failed compilations: (\d+)"),
-}
+_NPC_TOTALS = {key: re.compile(rf"Total {words}: (\d+)") for key, words in (
+    ("total", "graphs"), ("succeeded", "successful compilations"), ("failed", "failed compilations"))}
 
 
 @dataclass(frozen=True)
@@ -243,18 +237,19 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
     if checkpoint_dir is None and "--checkpoint-dir" in args:
         checkpoint_dir = args[args.index("--checkpoint-dir") + 1]
 
-    def run(argv):
+    def run(argv, check=True):
         started = time.time()
-        result = run_streaming(argv, timeout=timeout, env=run_env, cwd=cwd, on_line=script_lines or on_line)
+        result = run_streaming(argv, timeout=timeout, env=run_env, cwd=cwd, check=check,
+                               on_line=script_lines or on_line)
         written = results_written_since(Path(cwd or ".") / checkpoint_dir, started) \
             if checkpoint_dir else {}
-        return result.lines, written
+        return result, written
 
     if mode_name != "neuron":
         report = PrecompileReport("stand-in", commands, cache_root=None)
         on_line(explain(commands, trial_steps))
-        lines, report.results = run(commands.trial_run)
-        report.graphs_traced = graphs_compiled_from_output(lines)
+        trial, report.results = run(commands.trial_run)
+        report.graphs_traced = graphs_compiled_from_output(trial.lines)
         if report.graphs_traced is None:
             report.graphs_traced = next((r.get("graphs_compiled") for r in report.results.values()
                                          if r.get("graphs_compiled") is not None), None)
@@ -276,19 +271,24 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
     before = _scan_or_none(root)
     report.cache_before = _summary(before) if root else None
     on_line(f"Cache before: {report.cache_before or location.url}")
-    lines, written = run(commands.trial)
-    report.parallel_totals = parallel_compile_totals(lines)
+    # Its exit status is the number of graphs that failed (its source), which the report shows.
+    trial, _ = run(commands.trial, check=False)
+    report.parallel_totals = failed = parallel_compile_totals(trial.lines)
+    if trial.returncode and failed.get("failed") != trial.returncode:
+        raise CommandFailed(f"{WRAPPER} failed with exit code {trial.returncode}", cmd=trial.cmd,
+                            returncode=trial.returncode, lines=trial.lines, summary="\n".join(trial.lines[-20:]))
     after_trial = _scan_or_none(root)
     if root:
         report.cache_after_trial = _summary(after_trial)
         report.compiled_by_trial = cache_diff(before, after_trial)
         on_line(f"Cache after the trial: {report.cache_after_trial}; "
                 f"{report.compiled_by_trial.done} graph(s) compiled ahead of time")
-    if report.compiled_by_trial and report.compiled_by_trial.failed:
-        report.notes.append("some graphs failed to compile: `python -m helpers.cache ls "
-                            "--state failed` shows their logs")
-    if run_real:
-        lines, report.results = run(commands.run)
+    if failed.get("failed") or (report.compiled_by_trial and report.compiled_by_trial.failed):
+        report.notes.append("some graphs failed to compile: `python -m helpers.cache ls --state "
+                            "failed` shows their logs; the real run would stop at the first, so it "
+                            "was not started (--retry_failed_compilation in NEURON_CC_FLAGS retries)")
+    elif run_real:
+        _, report.results = run(commands.run)
         after_run = _scan_or_none(root)
         if root:
             report.cache_after_run = _summary(after_run)

@@ -6,6 +6,7 @@ test can check it against them.
 """
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -23,15 +24,24 @@ DOCS = {
     "eager debug mode": DOCS_ROOT + ("frameworks/torch/torch-neuronx/programming-guide/training/"
                                      "pytorch-neuron-debug.html"),
 }
-# Read when the graphs are compiled: layer names and source lines in the profile.
+# Read when the graphs are compiled: layer names and source lines in the profile. A NEFF already
+# cached without them is used as it is ("Previously-cached NEFFs don't have this metadata. Delete
+# the compiler cache or set a new neff_cache_dir": TROUBLESHOOTING), so a capture compiles into a
+# cache of its own.
 COMPILE_DEBUG_ENV = {"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"}
+TROUBLESHOOTING = DOCS_ROOT + "tools/neuron-explorer/troubleshooting.html"
+CAPTURE_CACHE = "compile-cache"  # inside the capture's output directory
 
 
-def capture_env(output_dir) -> dict[str, str]:
+def capture_env(output_dir, cc_flags: str | None = None) -> dict[str, str]:
     """What the environment-variable capture sets before the workload starts (system profile;
-    NEURON_RT_INSPECT_DEVICE_PROFILE=1 would add device traces)."""
+    NEURON_RT_INSPECT_DEVICE_PROFILE=1 would add device traces), with NEURON_CC_FLAGS (default:
+    this process's) pointed at a new cache inside output_dir."""
+    flags = os.environ.get("NEURON_CC_FLAGS", "") if cc_flags is None else cc_flags
+    kept = [f for f in flags.split() if not f.startswith("--cache_dir=")]
+    cache = f"--cache_dir={Path(output_dir) / CAPTURE_CACHE}"
     return {"NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_OUTPUT_DIR": str(output_dir),
-            **COMPILE_DEBUG_ENV}
+            **COMPILE_DEBUG_ENV, "NEURON_CC_FLAGS": " ".join([*kept, cache])}
 
 
 def workload(steps: int = 30, script: str = "mnist_mlp/train.py") -> list[str]:

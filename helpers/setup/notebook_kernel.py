@@ -72,7 +72,7 @@ def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None) -> s
     if neuron_cores is None:
         return ("NeuronCores: this kernel takes none (it must not touch the XLA device); the "
                 "processes it starts take them")
-    parse_core_list(neuron_cores)  # one index or one range, as the runtime takes: else ValueError
+    parse_core_list(neuron_cores)  # what the runtime takes, else ValueError
     already = env.get(CORES_VARIABLE)
     if already:
         parse_core_list(already)

@@ -85,17 +85,24 @@ def _version(dist: str) -> str | None:
 
 
 def parse_core_list(spec: str) -> list[int]:
-    """'1' or '0-1' -> core indices. NEURON_RT_VISIBLE_CORES takes one core index or one
-    inclusive range (Neuron Runtime configuration guide): a list such as '0,2' is refused."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", spec)
-    if not m:
-        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the Neuron runtime takes one core "
-                         "index or one range, e.g. '1' or '0-1' (not a list like '0,2')")
-    lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-    if hi < lo:
-        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the range runs backwards; "
-                         f"write '{hi}-{lo}'")
-    return list(range(lo, hi + 1))
+    """'1', '0-1' or '0,1' -> core indices. The runtime developer guide: "a list of NeuronCores,
+    ... a range of NeuronCores, ... or a combination of both", contiguous and increasing (the
+    configuration guide names one index or one range only; docs/sources.md has both)."""
+    cores: list[int] = []
+    for part in spec.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m:
+            raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the Neuron runtime takes core "
+                             "indices, ranges or both, e.g. '1', '0-1' or '0,1'")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the range runs backwards; "
+                             f"write '{hi}-{lo}'")
+        cores.extend(range(lo, hi + 1))
+    if cores != list(range(cores[0], cores[0] + len(cores))):
+        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: the cores must be contiguous and "
+                         "increasing, e.g. '0-1' (not '0,2')")
+    return cores
 
 
 def logical_nc_config(env=None) -> int:

@@ -9,6 +9,7 @@ process sees the platform its environment names.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -40,3 +41,12 @@ def os_release_path() -> Path:
 def default_compile_cache(env=None) -> Path:
     """Where neuronx-cc caches compiled graphs unless told otherwise (Neuron persistent cache)."""
     return platform_path("/var/tmp/neuron-compile-cache", env)
+
+
+def undecidable_checks(env=None) -> dict[str, str]:
+    """The notebook checks the platform under WORKBOOK_PLATFORM_ROOT cannot decide, by label,
+    with why ({} on every real machine: nothing is read unless a test double's tree is named).
+    A test double lists them in etc/workbook/undecidable-checks.json of its tree."""
+    root = (os.environ if env is None else env).get(PLATFORM_ROOT_ENV)
+    path = Path(root, "etc/workbook/undecidable-checks.json") if root else None
+    return json.loads(path.read_text()) if path and path.is_file() else {}

@@ -32,8 +32,12 @@ class NotebookOnDouble:
     seconds: float = 0.0
     error: str | None = None  # the failing cell's error, as the learner would read it
     compiled: list[str] = field(default_factory=list)  # cache keys compiled while it ran, each time
+    compiled_by: dict[str, int] = field(default_factory=dict)  # compiles by program (+debug, +split)
     cached: list[str] = field(default_factory=list)  # cache keys read from the cache
     refused: int = 0  # processes refused NeuronCores while it ran
+    undecided: list[str] = field(default_factory=list)  # "? <label> ...": checks the double cannot decide
+    split_compiles: int = 0  # compiles by processes that all-reduced outside the graph (no trn1 count)
+    cached_without_metadata: list[str] = field(default_factory=list)  # debug asked, cached NEFF lacks it
     stated_compiles: int | None = None  # neuronx-cc runs its introduction promises a trn1
     outputs: str = ""  # every text output, for the pass's checks
 
@@ -69,7 +73,8 @@ def shut_down(client: NotebookClient) -> None:
 def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
                  timeout: int = 900) -> list[NotebookOnDouble]:
     """Execute `notebooks` in order on the instance at `root`. A notebook stops at its first
-    failing cell, as Run All does; the next one runs all the same, as a learner would go on."""
+    failing cell, as Run All does; the next one runs all the same, as a learner would go on. A
+    check the instance cannot decide prints "? …" and the notebook runs on."""
     running: dict[str, NotebookClient] = {}  # kept kernels, by the notebook number that ends them
     results = []
     try:
@@ -99,9 +104,17 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
             until = kept_until(nb)
             if not until or result.error:
                 shut_down(client)  # first: a kernel hands its last graphs over as it exits
-            for event in journal(root)[seen:]:
+            events = journal(root)[seen:]
+            split = {e["pid"] for e in events if e["event"] == "reduced-outside-graph"}
+            result.undecided = [line for line in result.outputs.splitlines() if line.startswith("? ")]
+            for event in events:
                 if event["event"] == "compiled":
                     result.compiled.append(event["key"])
+                    result.split_compiles += event["pid"] in split
+                    by = event["argv0"] + " +debug" * bool(event.get("debug")) + " +split" * (event["pid"] in split)
+                    result.compiled_by[by] = result.compiled_by.get(by, 0) + 1
+                elif event["event"] == "cached" and event.get("neff_has_metadata") is False:
+                    result.cached_without_metadata.append(event["key"])
                 elif event["event"] == "cached":
                     result.cached.append(event["key"])
                 elif event["event"] == "refused":

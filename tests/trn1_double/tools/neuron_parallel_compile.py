@@ -6,21 +6,28 @@ its source runs"), default command collect-and-compile only:
 - the graphs the trial's log names ("Extracting graphs (<path>)"), none: "No todo hlos found",
   no totals, status 0; else each not done and not locked compiled, then the totals;
 - the exit status: the number of failed compilations.
-The log prefix libneuronxla's logger adds is not in the sources; lines are printed bare.
+Info lines carry the prefix the docs show ("INFO ||NEURON_PARALLEL_COMPILE||: "); an error
+line's prefix is not in the sources ("ERROR" in its place).
 """
 import os
 import subprocess
 import sys
 
 from trn1_platform import compile_cache
+from trn1_platform.rules import NPC_PREFIX
+
+
+def say(line: str, error: bool = False) -> None:
+    print((NPC_PREFIX.replace("INFO", "ERROR", 1) if error else NPC_PREFIX) + line, flush=True)
+
 
 command = sys.argv[1:]
 if not command or command[0].startswith("--"):
     print("usage: neuron_parallel_compile <command> [args...] (the double: collect-and-compile only)",
           file=sys.stderr)
     sys.exit(2)
-print("Running trial run (add option to terminate trial run early; also ignore trial run's "
-      "generated outputs, i.e. loss, checkpoints)", flush=True)
+say("Running trial run (add option to terminate trial run early; also ignore trial run's "
+    "generated outputs, i.e. loss, checkpoints)")
 log = []
 try:
     with subprocess.Popen(command, env={**os.environ, "NEURON_EXTRACT_GRAPHS_ONLY": "1"},
@@ -31,23 +38,23 @@ try:
             log.append(line)
     status = trial.returncode
 except OSError as error:
-    print(error, flush=True)
+    say(str(error), error=True)
     status = -1
 compile_cache.journal("trial", status=status)
 if status != 0:
-    print("There was an error in the training script.", flush=True)
+    say("There was an error in the training script.", error=True)
     if not os.environ.get("NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE"):
         sys.exit(1)
-    print("NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE is set, continuing to compile", flush=True)
+    say("NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE is set, continuing to compile")
 named = [line.split("Extracting graphs (")[1].split(")")[0] for line in log if "Extracting graphs" in line]
-print(f"New graph list from script {len(named)}", flush=True)
+say(f"New graph list from script {len(named)}: " + "\n\t".join(named))
 if not named:
-    print("No todo hlos found in cache or hlo_tasklist, parallel_compile return before spawning "
-          "workers....", flush=True)
+    say("No todo hlos found in cache or hlo_tasklist, parallel_compile return before spawning "
+        "workers....")
     sys.exit(0)
-results = compile_cache.compile_named(named, say=lambda line: print(line, flush=True))
+results = compile_cache.compile_named(named, say=lambda line: say(line, error=True))
 failed = sum(1 for ok in results.values() if not ok)
-print(f"Total graphs: {len(results)}")
-print(f"Total successful compilations: {len(results) - failed}")
-print(f"Total failed compilations: {failed}", flush=True)
+say(f"Total graphs: {len(results)}")
+say(f"Total successful compilations: {len(results) - failed}")
+say(f"Total failed compilations: {failed}")
 sys.exit(failed)

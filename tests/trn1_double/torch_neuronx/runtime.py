@@ -99,13 +99,64 @@ def _gloo_group():
 
 
 def reduce_gradients(optimizer, groups=None, pin_layout=True):
-    """docs/sources.md, "xm.optimizer_step all-reduces the gradients across workers": the
-    average over torchrun's workers, by the stand-in's own gloo average (the CPU client cannot)."""
-    from mnist_mlp.common.distributed import average_gradients
+    """docs/sources.md, "xm.optimizer_step all-reduces the gradients across workers": on Neuron
+    the all-reduce is part of the step's graph. The CPU client holds no all-reduce across
+    processes, so the double averages over torchrun's workers outside the graph (its own gloo
+    sum of CPU copies), which cuts each step into more graphs than a trn1 compiles: the journal
+    says so ("reduced-outside-graph") and the pass reports such a notebook's compile count as
+    undecided."""
+    import torch.distributed as dist
 
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        average_gradients([p for group in optimizer.param_groups for p in group["params"]],
-                          _gloo_group())
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return
+    if not _state.get("reduced"):
+        _state["reduced"] = True
+        compile_cache.journal("reduced-outside-graph", world=world)
+    group = _gloo_group()
+    for param_group in optimizer.param_groups:
+        for p in param_group["params"]:
+            if p.grad is not None:
+                total = p.grad.detach().cpu()
+                dist.all_reduce(total, group=group)
+                p.grad.copy_((total / world).to(p.grad.device))
+
+
+def invalid_outputs() -> None:
+    """neuron_parallel_compile's trial: "no real execution is performed and the outputs are
+    invalid" (docs/sources.md, "Under neuron_parallel_compile the trial's outputs are invalid").
+    What a trn1 returns instead is not in the sources (the tool's docstring: "the loss results are
+    random"): values read back from the device are random floats here, zeros of other types."""
+    import random
+
+    import torch
+
+    real = {name: getattr(torch.Tensor, name) for name in ("cpu", "item", "tolist", "to", "__float__")}
+
+    def stub(tensor):
+        return torch.rand_like(tensor) if tensor.is_floating_point() else torch.zeros_like(tensor)
+
+    def cpu(self, *args, **kwargs):
+        out = real["cpu"](self, *args, **kwargs)
+        return stub(out) if self.device.type == "xla" else out
+
+    def to(self, *args, **kwargs):
+        out = real["to"](self, *args, **kwargs)
+        return stub(out) if self.device.type == "xla" and out.device.type == "cpu" else out
+
+    def item(self):
+        if self.device.type != "xla":
+            return real["item"](self)
+        return random.random() if self.is_floating_point() else real["item"](torch.zeros((), dtype=self.dtype))
+
+    def tolist(self):
+        return real["tolist"](cpu(self)) if self.device.type == "xla" else real["tolist"](self)
+
+    def as_float(self):
+        return random.random() if self.device.type == "xla" else real["__float__"](self)
+
+    torch.Tensor.cpu, torch.Tensor.to, torch.Tensor.item, torch.Tensor.tolist = cpu, to, item, tolist
+    torch.Tensor.__float__ = as_float
 
 
 def install() -> None:
@@ -149,3 +200,5 @@ def install() -> None:
     if os.environ.get("TORCHELASTIC_RUN_ID"):  # a torchrun worker: the Neuron world is the job
         xr.world_size = lambda: int(os.environ.get("WORLD_SIZE", "1"))
     xm.reduce_gradients = reduce_gradients
+    if os.environ.get("NEURON_EXTRACT_GRAPHS_ONLY") == "1":
+        invalid_outputs()

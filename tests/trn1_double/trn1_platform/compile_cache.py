@@ -203,6 +203,6 @@ def compile_named(paths: list[str], say=print) -> dict[str, bool]:
             journal("compiled", key=f"{entry.parent.name}/{entry.name}", cached=True, parallel=True)
             status[path] = True
         except RuntimeError as error:
-            say(f"ERROR: Process {os.getpid()} failed compilation: {error}")
+            say(f"Process {os.getpid()} failed compilation: {error}")
             status[path] = False
     return status

@@ -31,12 +31,11 @@ COMPILED_LINES = ("Compiler status PASS",
 # "A lock left by a killed compile makes the next compile of that graph wait").
 WAITING_LINE = "INFO ||NCC_WRAPPER||: Another process must be compiling {key}, been waiting for: {minutes:.1f} minutes"
 # docs/sources.md, "neuron_parallel_compile as its source runs": the trial's line that names a
-# graph (the source parses "Extracting graphs (<path>)"; the rest of the line is its docstring's).
-EXTRACTING_LINE = ("Extracting graphs ({path}) for ahead-of-time parallel compilation. "
-                   "No compilation was done.")
-# docs/sources.md, "Debug variables and cached NEFFs": torch-xla folds these into its own graph
-# hash, yet a NEFF cached without their metadata is used again (the Explorer page).
-DEBUG_VARIABLES = ("XLA_IR_DEBUG", "XLA_HLO_DEBUG")
+# graph, as the docs show it (the tool parses "Extracting graphs (<path>)").
+EXTRACTING_LINE = ("INFO ||NEURON_CC_WRAPPER||: Extracting graphs ({path}) for ahead-of-time "
+                   "parallel compilation. No compilation was done.")
+NPC_PREFIX = "INFO ||NEURON_PARALLEL_COMPILE||: "  # the docs' summary lines
+
 
 
 def platform_root() -> Path:

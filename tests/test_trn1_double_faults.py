@@ -1,0 +1,109 @@
+"""The workbook's paths that meet a failed or killed compile, on the trn1 double's faults on demand
+(tests/trn1_double: TRN1_DOUBLE_FAIL_COMPILE, TRN1_DOUBLE_KILL_COMPILE): the run's error and the
+line that says what to do, `--retry_failed_compilation`, the cache tool's failed and locked
+entries, and the precompile report."""
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from helpers.cache import precompile
+from tests.paths import REPO_ROOT
+from tests.trn1_double import build_instance, journal
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("trn1-double")]
+
+
+@pytest.fixture
+def instance(tmp_path):
+    env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}, **build_instance(tmp_path)}
+    return env, tmp_path / "var/tmp/neuron-compile-cache"
+
+
+def train(env, tmp_path, steps=2, **kw):
+    argv = [sys.executable, "mnist_mlp/train.py", "--epochs", "1", "--steps-this-run", str(steps),
+            "--checkpoint-dir", str(tmp_path / "checkpoints")]
+    return subprocess.run(argv, env=env, cwd=REPO_ROOT, text=True, capture_output=True, **kw)
+
+
+def cache_tool(env, *args):
+    r = subprocess.run([sys.executable, "-m", "helpers.cache", *args], env=env, cwd=REPO_ROOT,
+                       text=True, capture_output=True, timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+def readme_first_aid(symptom: str) -> list[str]:
+    """The cache tool's arguments in notebooks/README.md's first-aid row for `symptom`."""
+    row = next(line for line in (REPO_ROOT / "notebooks/README.md").read_text().splitlines()
+               if symptom in line)
+    command = re.search(r"`\.venv/bin/python -m helpers\.cache ([^`]+)`", row)[1]
+    return shlex.split(command)
+
+
+def test_a_failed_compile_is_shown_by_the_cache_tool_and_retried_by_the_flag(instance, tmp_path):
+    env, cache = instance
+    failed = train({**env, "TRN1_DOUBLE_FAIL_COMPILE": "#1"}, tmp_path, timeout=600)
+    assert failed.returncode != 0 and "Failed compilation with" in failed.stderr
+    code, listing = cache_tool(env, "ls", "--root", str(cache), "--state", "failed")
+    assert code == 0 and "failed" in listing and "MODULE_" in listing, listing
+    again = train(env, tmp_path, timeout=600)  # the failure is cached: the line says what to do
+    assert again.returncode != 0
+    assert "Got a cached failed neff" in again.stderr and "--retry_failed_compilation" in again.stderr
+    retried = train({**env, "NEURON_CC_FLAGS": "--retry_failed_compilation"}, tmp_path, timeout=600)
+    assert retried.returncode == 0, retried.stderr[-2000:]
+    assert [e["event"] for e in journal(tmp_path) if e["event"] in ("failed", "cached-failure")] == [
+        "failed", "cached-failure"]
+
+
+def test_a_killed_compile_leaves_a_lock_the_next_run_waits_on_until_the_cache_tool_clears_it(
+        instance, tmp_path):
+    env, cache = instance
+    killed = train({**env, "TRN1_DOUBLE_KILL_COMPILE": "#1"}, tmp_path, timeout=600)
+    assert killed.returncode == -9
+    code, listing = cache_tool(env, "ls", "--root", str(cache), "--state", "locked")
+    assert code == 0 and "locked" in listing, listing
+    waiting = subprocess.Popen([sys.executable, "mnist_mlp/train.py", "--epochs", "1", "--steps-this-run",
+                                "2", "--checkpoint-dir", str(tmp_path / "checkpoints")],
+                               env=env, cwd=REPO_ROOT, text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+    try:
+        for line in waiting.stdout:
+            if "Another process must be compiling" in line:
+                break
+        else:
+            pytest.fail("the next run did not wait on the lock")
+        # notebooks/README.md's first aid: the cache tool's stale-lock prune, dry run first; the
+        # default age limit keeps a lock this young (the run would wait 30 minutes)
+        code, plan = cache_tool(env, "prune", "--root", str(cache), "--stale-locks", "--dry-run")
+        assert code == 0 and "fresh lock" in plan, plan
+        dry_run = readme_first_aid("Another process must be compiling")
+        assert dry_run[-1] == "--dry-run"
+        code, plan = cache_tool(env, *dry_run, "--root", str(cache))
+        assert code == 0 and "nothing to remove" not in plan, plan
+        code, done = cache_tool(env, *dry_run[:-1], "--root", str(cache))
+        assert code == 0, done
+        assert waiting.wait(timeout=600) == 0  # the lock went: it compiled and trained
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    assert "waiting" in [e["event"] for e in journal(tmp_path)]
+
+
+def test_the_precompile_report_shows_a_failed_compile(instance, tmp_path, monkeypatch):
+    env, cache = instance
+    for name in ("WORKBOOK_PLATFORM_ROOT", "PATH"):  # the instance's tools, as on a trn1's venv
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)  # the commands inherit this process's environment
+    lines = []
+    report = precompile.precompile(
+        "mnist_mlp/train.py", ["--epochs", "1", "--checkpoint-dir", str(tmp_path / "ckpt")],
+        trial_steps=2, backend="neuron", cwd=REPO_ROOT, timeout=600, on_line=lines.append,
+        env={**env, "TRN1_DOUBLE_FAIL_COMPILE": "*"})
+    assert report.parallel_totals.get("failed", 0) >= 1, lines[-20:]
+    assert report.compiled_by_trial.failed >= 1
+    assert any("helpers.cache ls --state failed" in note for note in report.notes), report.notes
+    assert report.compiled_by_run is None  # not started: it would stop at the cached failure
