@@ -24,12 +24,17 @@ def test_a_capture_compiles_into_a_new_cache_keeping_the_compiler_flags():
     assert env["NEURON_CC_FLAGS"] == "--model-type=transformer --cache_dir=out/compile-cache"
 
 
-def test_command_lines():
+def test_command_lines(monkeypatch):
+    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
     lines = {k: shlex.split(v) for k, v in commands("prof dir", steps=12).items()}
     env_capture = lines["capture a run (environment variables)"]
     assert "NEURON_RT_INSPECT_OUTPUT_DIR=prof dir" in env_capture
     assert env_capture[-4:] == ["python", "mnist_mlp/train.py", "--steps-this-run", "12"]
-    assert lines["capture a run (CLI wrapper)"][:4] == ["neuron-explorer", "inspect", "-o", "prof dir"]
+    wrapper = lines["capture a run (CLI wrapper)"]
+    assert wrapper[:4] == ["XLA_IR_DEBUG=1", "XLA_HLO_DEBUG=1",
+                           "NEURON_CC_FLAGS=--cache_dir=prof dir/compile-cache", "neuron-explorer"]
+    assert wrapper[4:7] == ["inspect", "-o", "prof dir"]
+    assert wrapper[-4:] == env_capture[-4:]
     assert lines["summary in the terminal"] == ["neuron-explorer", "view", "-d", "prof dir",
                                                 "--output-format", "summary-text"]
     assert lines["summary in the terminal"] == summary_argv("prof dir")

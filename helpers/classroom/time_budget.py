@@ -33,12 +33,12 @@ BUDGET = {
     "00": NotebookTime("setup", 5, 0),
     "01": NotebookTime("CPU training", 10, 0),
     "02": NotebookTime("one NeuronCore", 20, 11),
-    "03": NotebookTime("compile cache", 15, 5, 2, "its first-run demo compiles `train.py`'s 2 graphs "
-                       "into an empty cache of its own: the first compile the lesson measures"),
+    "03": NotebookTime("compile cache", 15, 5, 2, "its first-run demo compiles `train.py`'s training "
+                       "and evaluation graphs into an empty cache of its own: the first compile the lesson measures"),
     "04": NotebookTime("torchrun", 10, 3),
     "05": NotebookTime("BF16", 20, 6),
-    "06": NotebookTime("inside a run", 20, 6, 2, "Neuron Explorer's capture compiles `train.py`'s 2 "
-                       "graphs with debug metadata into a cache of its own (cached NEFFs lack it)"),
+    "06": NotebookTime("inside a run", 20, 6, 2, "Neuron Explorer's capture compiles `train.py`'s "
+                       "training and evaluation graphs with debug metadata into a cache of its own (cached NEFFs lack it)"),
     "07": NotebookTime("when a core wins", 10, 2),
 }
 SOLUTIONS = NotebookTime("exercise solutions", 0, 2)  # 02's batch sizes 24 and 12, as solved

@@ -48,13 +48,20 @@ def workload(steps: int = 30, script: str = "mnist_mlp/train.py") -> list[str]:
     return ["python", script, "--steps-this-run", str(steps)]
 
 
+def assignments(env: dict[str, str]) -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+
+
 def commands(output_dir, steps: int = 30) -> dict[str, str]:
     """The shell command lines, by what they do, for a profile written to output_dir."""
     out = str(output_dir)
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in capture_env(out).items())
+    env = capture_env(out)
+    # The wrapper sets the runtime's NEURON_RT_INSPECT_* itself; the compile-time variables
+    # (debug metadata, a cache of the capture's own) are still the caller's to set.
+    compile_env = {k: v for k, v in env.items() if not k.startswith("NEURON_RT_INSPECT_")}
     return {
-        "capture a run (environment variables)": f"{env} {shlex.join(workload(steps))}",
-        "capture a run (CLI wrapper)": shlex.join(
+        "capture a run (environment variables)": f"{assignments(env)} {shlex.join(workload(steps))}",
+        "capture a run (CLI wrapper)": f"{assignments(compile_env)} " + shlex.join(
             ["neuron-explorer", "inspect", "-o", out, *workload(steps)]),
         "summary in the terminal": shlex.join(
             ["neuron-explorer", "view", "-d", out, "--output-format", "summary-text"]),
