@@ -134,6 +134,26 @@ def test_on_neuron_the_entry_being_written_is_named(tmp_path):
         watch.stop()
 
 
+def test_a_compile_that_waits_on_a_lock_from_before_the_run_names_it(tmp_path):
+    lines, clock, counters = [], Clock(), Counters()
+    old_lock = make_entry(tmp_path, "MODULE_bb+01", "locked")  # left by a killed compile
+    watch = notice(lines, clock, counters=counters, cache_dir=tmp_path).start()
+    try:
+        counters.started = 1  # the wrapper waits on that lock: no new entry, the compile runs on
+        watch.poll()
+        clock.now += 5
+        watch.poll()
+        assert lines == [f"Waiting for a compile: 5 s so far (on {old_lock}, locked before this "
+                         "run began: another process is compiling it, or a killed compile left its "
+                         f"lock; if no other run uses this cache: {compile_notice.PRUNE_STALE_LOCKS} "
+                         "--dry-run, then without --dry-run)"]
+        clock.now += 15
+        watch.poll()
+        assert lines[-1] == "Waiting for a compile: 20 s so far"
+    finally:
+        watch.stop()
+
+
 def test_a_compile_that_fails_says_what_the_next_run_meets(tmp_path):
     lines, clock = [], Clock()
     watch = notice(lines, clock, cache_dir=tmp_path)
@@ -289,6 +309,37 @@ def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(
     assert compiled and int(compiled[1]) >= COMPILE_S and compiled[2] == key, third.stdout
     lines = third.stdout.splitlines()  # said before the step's own line, which comes after it
     assert lines.index(retried.group(0)) < next(i for i, x in enumerate(lines) if x.startswith("step 1"))
+
+
+@pytest.mark.e2e
+@pytest.mark.xdist_group("trn1-double")
+def test_on_the_trn1_double_a_run_waiting_on_a_killed_compiles_lock_names_it(tmp_path):
+    env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"},
+           **build_instance(tmp_path / "trn1"), "TRN1_DOUBLE_COMPILE_SECONDS": "1"}
+    killed = train_on_the_double(env, tmp_path, TRN1_DOUBLE_KILL_COMPILE="#1")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    lock, = (tmp_path / "trn1/var/tmp/neuron-compile-cache").glob("neuronxcc-*/MODULE_*/*.lock")
+    key = f"{lock.parent.parent.name}/{lock.parent.name}"
+    argv = [sys.executable, "mnist_mlp/train.py", "--steps-this-run", "1", "--checkpoint-dir",
+            str(tmp_path / "checkpoints")]
+    waiting = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(waiting.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120  # the import, then QUIET_S: well inside this
+        while waiting.poll() is None and time.monotonic() < deadline:
+            if any(line.startswith("Waiting for a compile") for line in lines):
+                break
+            time.sleep(0.2)
+        said = next((line for line in lines if line.startswith("Waiting for a compile")), None)
+        assert waiting.poll() is None, "".join(lines)  # it waits: nothing lifts a killed one's lock
+        assert said and f"(on {key}, locked before this run began" in said, "".join(lines)
+        assert compile_notice.PRUNE_STALE_LOCKS in said and "not in the compile cache" not in said
+    finally:
+        os.killpg(waiting.pid, 9)
+        waiting.wait(timeout=30)
 
 
 def test_two_compiles_back_to_back_are_two_compiles():

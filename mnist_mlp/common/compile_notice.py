@@ -7,7 +7,10 @@ A daemon thread looks every POLL_S at two signals:
   ended. On a trn1, neuronx-cc runs in between (the compiler wrapper, called from the compile).
 - on Neuron, the compile cache (compile_cache): an entry under neuronxcc-<version>/ that gained a
   lock since the run began (a compile writing it), or appeared new and is not done; it names the
-  graph, and an entry that was failed when the run began says the graph failed before.
+  graph, and an entry that was failed when the run began says the graph failed before. With
+  no such entry, one locked before the run began and still locked is what the compiler
+  wrapper waits on ("Another process must be compiling"): another run's compile, or a
+  killed one's lock, which nothing ever lifts.
 A cache hit is read in a tenth of a second, and the stand-in (its compiles take a second or two)
 speaks only after QUIET_S_BY_BACKEND's 30 s, so both stay silent. Rank 0 speaks, as for progress.
 """
@@ -37,6 +40,9 @@ EVERY_S = 15.0  # then one line this often while it runs
 POLL_S = 0.5
 # The tutorial's log (docs/sources.md, "train.py's first run compiles two graphs"): what to expect.
 NEURON_HINT = "the tutorial's first graph of this MLP took 3 min 5 s, its second 7 s"
+# The workbook's first aid for a lock a killed compile left (notebooks/README.md); printed, not
+# run: the cache tool lives in the notebooks' helpers, which this runtime does not import.
+PRUNE_STALE_LOCKS = ".venv/bin/python -m helpers.cache prune --stale-locks --lock-age-minutes 0"
 
 
 def duration(seconds: float) -> str:
@@ -62,7 +68,7 @@ class CompileNotice:
         self._base = self._last = (0, 0)
         self._since = self._next_at = None
         self._entry: tuple[str, str] | None = None  # (key, why) of the graph compiling
-        self._announced = False
+        self._announced, self._head = False, "Compiling a graph"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -107,10 +113,12 @@ class CompileNotice:
             self._entry = self._entry or entry
             elapsed = now - self._since
             if not self._announced and elapsed >= self.quiet_s:
-                self.say(f"Compiling a graph: {duration(elapsed)} so far ({self._why()})")
+                waiting = self._entry is None and self.cache_dir is not None and self.locked_before()
+                self._head = "Waiting for a compile" if waiting else "Compiling a graph"
+                self.say(f"{self._head}: {duration(elapsed)} so far ({self._why()})")
                 self._announced, self._next_at = True, now + self.every_s
             elif self._announced and now >= self._next_at:
-                self.say(f"Compiling a graph: {duration(elapsed)} so far")
+                self.say(f"{self._head}: {duration(elapsed)} so far")
                 self._next_at += self.every_s
             return
         self._close(now)
@@ -158,6 +166,11 @@ class CompileNotice:
         if self._entry is not None:
             return self._entry[1] + (f"; {NEURON_HINT}" if self.cache_dir else "")
         if self.cache_dir is not None:
+            locked = self.locked_before()
+            if locked:  # the wrapper waits on a lock, with no end if nobody holds it
+                return (f"on {locked[0]}, locked before this run began: another process is "
+                        "compiling it, or a killed compile left its lock; if no other run uses "
+                        f"this cache: {PRUNE_STALE_LOCKS} --dry-run, then without --dry-run")
             return f"a graph new to this run, not in the compile cache {self.cache_dir}; {NEURON_HINT}"
         return "a graph new to this process: XLA compiles each new graph once"
 
@@ -169,6 +182,11 @@ class CompileNotice:
                         f"a run that meets it stops unless NEURON_CC_FLAGS has {RETRY_FAILED_FLAG}")
             return f"Compiled a graph in {duration(elapsed)} ({key})"
         return f"Compiled a graph in {duration(elapsed)}"
+
+    def locked_before(self) -> list[str]:
+        """Entries that were locked when the run began (and still are)."""
+        return [key for key, state in self.states_at_start.items() if state == "locked"
+                and module_state(self.cache_dir / key) == "locked"]
 
     def failed_before(self) -> list[str]:
         """Entries that were failed when the run began (and still are)."""
