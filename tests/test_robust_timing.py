@@ -78,4 +78,4 @@ def test_a_busy_point_breaks_the_lines_shape():
     # within their spreads a point may be a little faster than the one before it
     assert line_faults([(32, 1e6, quiet(1.0, 0.2)), (128, 4e6, quiet(0.95, 0.2))], "batch") == []
     wide = [(32, 1e6, quiet(0.5)), (128, 4e6, quiet(0.7, spread=0.6))]
-    assert line_faults(wide, "batch") == ["batch 128's steps spread 60% of their median (at most 25% usable)"]
+    assert line_faults(wide, "batch") == ["batch 128's steps spread 60% of their median (a usable point: at most 25%)"]

@@ -112,8 +112,8 @@ def describe_crossover(found: dict, along: str) -> str:
     return (f"by {along}: one NeuronCore (modelled) overtakes this CPU from "
             f"{_at(found['from']['at'], along)} ({_within(found['from'])}the band's low end) "
             f"to {_at(found['to']['at'], along)} ({_within(found['to'])}its high end);\n"
-            f"  at {largest} its step would be {low:.1f}x shorter than the CPU's at the band's low "
-            f"end, {high:.1f}x at its high end, if the core ran at FP32 peak")
+            f"  at {largest} the core would be {low:.1f}x as fast as the CPU at the band's low end, "
+            f"{high:.1f}x at its high end, if it ran at FP32 peak")
 
 
 def crossover_sensitivity(cpu: dict, widths=TUTORIAL_WIDTHS, efficiencies=EFFICIENCIES) -> list:

@@ -69,14 +69,15 @@ def cpu_training_step(batch: int, widths=TUTORIAL_WIDTHS):
     return _training_step(MLP(layers=widths), x, y)
 
 
-def cpu_sweep(points, rounds: int = 7, step=cpu_training_step, **timing) -> dict[tuple, Timing]:
+def cpu_sweep(points, rounds: int = 5, warmup: int = 1, step=cpu_training_step,
+              **timing) -> dict[tuple, Timing]:
     """{(batch, widths): Timing} of a CPU training step for each (batch, widths) in points, timed
     in rounds that visit every point in turn (robust_timing.time_interleaved)."""
     steps = {(batch, tuple(widths)): step(batch, tuple(widths)) for batch, widths in points}
-    return time_interleaved(steps, rounds=rounds, **timing)
+    return time_interleaved(steps, rounds=rounds, warmup=warmup, **timing)
 
 
-def cpu_step_s(batch: int, widths=TUTORIAL_WIDTHS, rounds: int = 7) -> float:
+def cpu_step_s(batch: int, widths=TUTORIAL_WIDTHS, rounds: int = 5) -> float:
     """Seconds per CPU training step (the median, outliers rejected) at one point."""
     return cpu_sweep([(batch, widths)], rounds=rounds)[(batch, tuple(widths))].median_s
 

@@ -82,8 +82,8 @@ def time_interleaved(steps: dict, rounds: int = 7, warmup: int = 2, min_visit_s:
 def line_faults(line: list, name: str) -> list[str]:
     """What keeps a line of (x, flops, Timing), in order of x, from placing a crossing: points
     too spread, a point faster than the one before it, a step growing faster than its FLOPs."""
-    faults = [f"{name} {x:,}'s steps spread {t.spread:.0%} of their median (at most "
-              f"{MAX_SPREAD:.0%} usable)" for x, _, t in line if not t.reliable]
+    faults = [f"{name} {x:,}'s steps spread {t.spread:.0%} of their median (a usable point: at "
+              f"most {MAX_SPREAD:.0%})" for x, _, t in line if not t.reliable]
     for (x0, f0, t0), (x1, f1, t1) in zip(line, line[1:]):
         if t1.q3_s < t0.q1_s:
             faults.append(f"{name} {x1:,} ({t1.median_s * 1e3:.3g} ms) ran faster than {name} "
