@@ -11,6 +11,7 @@ from torch import nn
 from helpers.inside import payoff
 from helpers.inside.crossover import BUSY_ADVICE
 from helpers.inside.robust_timing import Timing
+from mnist_mlp.common.paths import REPO_ROOT
 from mnist_mlp.model import MLP
 from tests.xla_stand_in import stand_in_device
 
@@ -221,6 +222,10 @@ def test_07s_measurement_with_a_busy_point_prints_no_crossover_but_what_to_do():
                            "batch 128 (125 ms):")
     assert "overtakes" not in text and text.endswith(BUSY_ADVICE)
     assert "re-run the CPU cell and this one" in BUSY_ADVICE
+    # the instructor's page quotes it among the common failures
+    page = " ".join((REPO_ROOT / "notebooks" / "README.md").read_text().split())
+    assert '"no crossover printed: … the machine was too busy to measure"' in page
+    assert BUSY_ADVICE.startswith("the machine was too busy to measure.")
     assert "not placed" in payoff.describe_sensitivity(payoff.crossover_sensitivity(cpu), terms)
     assert "what it changes is not placed" in payoff.describe_loader(cpu, terms, {32: spread(5e-5)})
     device = {(32, widths): 0.002, (512, widths): 0.003}

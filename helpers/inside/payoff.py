@@ -189,7 +189,7 @@ def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_f
         ax.errorbar(xs, ms, yerr=[[m - 1e3 * t.q1_s for m, (_, _, t) in zip(ms, line)],
                                   [1e3 * t.q3_s - m for m, (_, _, t) in zip(ms, line)]],
                     fmt="o-", color="tab:blue", capsize=3,
-                    label="host CPU, plain PyTorch (measured here: median, IQR)")
+                    label="host CPU, plain PyTorch (measured here: median, IQR; hollow: too spread)")
         unreliable = [(x, m) for x, m, (_, _, t) in zip(xs, ms, line) if not t.reliable]
         ax.plot([u[0] for u in unreliable], [u[1] for u in unreliable], "o", color="white",
                 markeredgecolor="tab:red", zorder=3)  # too spread to use: hollow, red
