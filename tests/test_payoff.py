@@ -245,14 +245,15 @@ def quiet_cpu():
 
 def test_each_unknown_varied_alone_and_the_one_that_moves_the_crossover_most():
     cpu, terms = quiet_cpu(), payoff.model_terms()
-    rows = payoff.crossover_sensitivity(cpu)
-    assert [r[0] for r in rows] == [1.0, 0.1, 0.03, 0.01]
+    sensitivity = payoff.crossover_sensitivity(cpu)
+    rows = sensitivity["rows"]
+    assert sensitivity["faults"] == [] and [r[0] for r in rows] == [1.0, 0.1, 0.03, 0.01]
     at_peak = payoff.crossover_range(cpu, terms, widths=payoff.TUTORIAL_WIDTHS)
     assert rows[0][1]["at"] == at_peak["from"]["at"] and rows[0][2]["at"] == at_peak["to"]["at"]
     crossings = [(low["at"], high["at"]) for _, low, high in rows]
     assert all(a < b for a, b in crossings)  # the loader's share: the core wins sooner
     assert [c[1] for c in crossings] == sorted(c[1] for c in crossings)  # a slower core wins later
-    text = payoff.describe_sensitivity(rows, terms)
+    text = payoff.describe_sensitivity(sensitivity, terms)
     by_loader = crossings[0][1] / crossings[0][0]
     by_rate = max(crossings[-1][i] / crossings[0][i] for i in (0, 1))
     assert f"at peak the loader's share moves it {by_loader:.1f}-fold" in text
@@ -260,12 +261,20 @@ def test_each_unknown_varied_alone_and_the_one_that_moves_the_crossover_most():
     assert text.endswith("over these ranges the loader's share moves it most") == (by_loader >= by_rate)
     assert f"{crossings[0][0]:,.0f}" in text.splitlines()[3] and "loader's share 3.48 ms" in text
     # when the FLOP rate moves it further, the sentence says so; a crossing gone is moved furthest
-    rows = [(1.0, {"at": 100.0, "faults": []}, {"at": 200.0, "faults": []}),
-            (0.01, {"at": 150.0, "faults": []}, {"at": None, "faults": []})]
-    text = payoff.describe_sensitivity(rows, terms)
-    assert re.search(r"\n1% of peak +150 +none measured\n", text), text
+    def found(at, faults=()):
+        return {"at": at, "faults": list(faults), "first": 32}
+    rows = [(1.0, found(0), found(64.0)), (0.1, found(40.0), found(80.0, ["inside"])),
+            (0.01, found(150.0), found(None))]
+    text = payoff.describe_sensitivity({"rows": rows, "faults": []}, terms)
+    assert re.search(r"\n100% of peak +32 or less +64\n", text), text
+    assert re.search(r"\n10% of peak +40 +inside the spread\n", text), text
+    assert re.search(r"\n1% of peak +150 +none measured$", text.split("\nat peak")[0]), text
+    # the first point counts as batch 32 (a bound); a crossing gone counts as moved furthest
     assert "the loader's share moves it 2.0-fold; from peak to 1% of it the FLOP rate moves it up to " \
            "inf-fold: over these ranges the FLOP rate moves it most" in text
+    rows[-1] = (0.01, found(48.0), found(80.0))
+    assert "FLOP rate moves it up to 1.5-fold: over these ranges the loader's share moves it most" in \
+        payoff.describe_sensitivity({"rows": rows, "faults": []}, terms)
 
 
 def test_the_loader_costs_each_image_and_both_loops_the_same():

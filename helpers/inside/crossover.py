@@ -74,7 +74,7 @@ def placed_crossing(cpu: dict, model, widths=None, batch=None) -> dict:
     at, after_q3, after_q1 = (_first_crossing(quartile[q]) for q in ("median_s", "q3_s", "q1_s"))
     if (after_q3 is None) != (after_q1 is None) and not faults:
         faults.append(f"the crossing lies inside the CPU's spread at the sweep's largest {name}")
-    return {"at": at, "within": (after_q3, after_q1), "faults": faults}
+    return {"at": at, "within": (after_q3, after_q1), "faults": faults, "first": line[0][0]}
 
 
 def crossover_range(cpu: dict, terms: dict, widths=None, batch=None) -> dict:
@@ -116,39 +116,55 @@ def describe_crossover(found: dict, along: str) -> str:
             f"{high:.1f}x at its high end, if it ran at FP32 peak")
 
 
-def crossover_sensitivity(cpu: dict, widths=TUTORIAL_WIDTHS, efficiencies=EFFICIENCIES) -> list:
-    """[(efficiency, placed crossing at the loader's largest share, at no share)] along the batch
-    sweep, the core's products at each fraction of peak: each unknown varied alone."""
+def crossover_sensitivity(cpu: dict, widths=TUTORIAL_WIDTHS, efficiencies=EFFICIENCIES) -> dict:
+    """{"rows": [(efficiency, placed crossing at the loader's largest share, at no share)], "faults":
+    the CPU line's own} along the batch sweep, the core's products at each fraction of peak:
+    each unknown varied alone."""
+    line = sweep_line(cpu, widths=widths)
     rows = []
     for efficiency in efficiencies:
         terms = model_terms(efficiency=efficiency)
         rows.append((efficiency, *(placed_crossing(cpu, terms[end], widths=widths)
                                    for end in ("low", "high"))))
-    return rows
+    return {"rows": rows, "faults": line_faults([(x, matmul_flops(*key), t) for x, key, t in line], "batch")}
+
+
+def _batch(found: dict):
+    """A placed crossing's batch (the sweep's first for "from the first point"), else None."""
+    return None if found["faults"] or found["at"] is None else max(found["at"], found["first"])
 
 
 def _fold(a, b) -> float:
-    """How many times farther one crossing is than the other (inf when one is not placed)."""
-    return math.inf if None in (a, b) else max(a, b) / max(min(a, b), 1)
+    """How many times farther one crossing is than the other: inf when only one is placed."""
+    if a is None or b is None:
+        return 1.0 if a is b else math.inf
+    return max(a, b) / min(a, b)
 
 
-def describe_sensitivity(rows: list, terms: dict) -> str:
+def _cell(found: dict) -> str:
+    if found["faults"]:
+        return "inside the spread"
+    if found["at"] is None:
+        return "none measured"
+    return f"{found['first']} or less" if found["at"] == 0 else f"{found['at']:,.0f}"
+
+
+def describe_sensitivity(sensitivity: dict, terms: dict) -> str:
     """A table of crossover_sensitivity()'s rows, and which unknown moves the crossover most."""
     from helpers.show.tables import text_table
 
     title = "the batch from which the core overtakes, each unknown varied alone:"
-    if any(found["faults"] for row in rows for found in row[1:]):
+    if sensitivity["faults"]:
         return f"{title} not placed (the CPU's line, above, was drawn by a busy machine)"
-    at = [(e, low["at"], high["at"]) for e, low, high in rows]
-    table = text_table([[f"{e:.0%} of peak", *("none measured" if x is None else f"{x:,.0f}"
-                                                  for x in xs)] for e, *xs in at],
+    rows = sensitivity["rows"]
+    table = text_table([[f"{e:.0%} of peak", _cell(low), _cell(high)] for e, low, high in rows],
                        ["the core's FLOP rate", f"loader's share {terms['loader_max_s'] * 1e3:.2f} ms",
                         "loader's share 0"], right={1, 2}, rule=True)
-    by_loader = _fold(*at[0][1:])
-    by_rate = max(_fold(at[0][i], at[-1][i]) for i in (1, 2))
+    by_loader = _fold(*map(_batch, rows[0][1:]))
+    by_rate = max(_fold(_batch(rows[0][i]), _batch(rows[-1][i])) for i in (1, 2))
     most = "the loader's share" if by_loader >= by_rate else "the FLOP rate"
     return (f"{title}\n{table}\nat peak the loader's share moves it {by_loader:.1f}-fold; from peak "
-            f"to {at[-1][0]:.0%} of it the FLOP rate moves it up to {by_rate:.1f}-fold: over these "
+            f"to {rows[-1][0]:.0%} of it the FLOP rate moves it up to {by_rate:.1f}-fold: over these "
             f"ranges {most} moves it most")
 
 
