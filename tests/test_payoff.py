@@ -159,6 +159,14 @@ def test_a_crossing_inside_the_cpus_spread_is_not_printed():
     found = payoff.placed_crossing(cpu, payoff.NeuronCoreModel(0.004, 1e30), widths=widths)
     assert found["at"] > 512 and found["within"][1] is None
     assert found["faults"] == ["the crossing lies inside the CPU's spread at the sweep's largest batch"]
+    assert not found["busy"]  # the line itself is a quiet machine's: the advice is to re-run
+    text = payoff.describe_crossover(payoff.crossover_range(cpu, sample_terms(0.004, 0.004, 1e30),
+                                                            widths=widths), "batch")
+    assert text.endswith("the CPU's spread cannot tell where. Re-run the CPU cell and this one (a "
+                         "quieter machine spreads less)") and "too busy" not in text
+    line = payoff.describe_measured(cpu, {(32, widths): 0.004, (2048, widths): 0.004}, payoff.model_terms(), "dev")
+    assert line.endswith("by batch, measured: no crossover placed: the crossing lies inside the CPU's "
+                         "spread at the sweep's largest batch")
 
 
 def test_a_lead_that_comes_and_goes_is_not_a_crossover():
@@ -262,7 +270,7 @@ def test_each_unknown_varied_alone_and_the_one_that_moves_the_crossover_most():
     assert f"{crossings[0][0]:,.0f}" in text.splitlines()[3] and "loader's share 3.48 ms" in text
     # when the FLOP rate moves it further, the sentence says so; a crossing gone is moved furthest
     def found(at, faults=()):
-        return {"at": at, "faults": list(faults), "first": 32}
+        return {"at": at, "faults": list(faults), "first": 32, "busy": False}
     rows = [(1.0, found(0), found(64.0)), (0.1, found(40.0), found(80.0, ["inside"])),
             (0.01, found(150.0), found(None))]
     text = payoff.describe_sensitivity({"rows": rows, "faults": []}, terms)

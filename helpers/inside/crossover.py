@@ -20,6 +20,8 @@ from helpers.inside.robust_timing import MAX_SPREAD, Timing, line_faults
 
 BUSY_ADVICE = ("the machine was too busy to measure. Close other work on this machine (other "
                "notebooks' kernels, builds, browsers' busy tabs), then re-run the CPU cell and this one")
+DOUBT_ADVICE = ("the CPU's spread cannot tell where. Re-run the CPU cell and this one (a quieter "
+                "machine spreads less)")
 EFFICIENCIES = (1.0, 0.1, 0.03, 0.01)  # the core's FLOP rate as a fraction of peak: the slope's range
 
 
@@ -60,10 +62,12 @@ def crossing(cpu: dict, model, widths=None, batch=None):
 
 def placed_crossing(cpu: dict, model, widths=None, batch=None) -> dict:
     """{"at": the crossing on the medians, "within": (on the third quartiles, on the first),
-    "faults": why the measurements place none (empty when they do)}."""
+    "faults": why the measurements place none (empty when they do), "busy": whether the CPU
+    line's own shape or spread is among them (not only where this model meets it)}."""
     line = sweep_line(cpu, widths, batch)
     name = "batch" if batch is None else "width"
     faults = line_faults([(x, matmul_flops(*key), t) for x, key, t in line], name)
+    busy = bool(faults)
     quartile = {q: [(x, getattr(t, q), model.step_s(*key)) for x, key, t in line]
                 for q in ("median_s", "q3_s", "q1_s")}
     for points in quartile.values():
@@ -74,7 +78,8 @@ def placed_crossing(cpu: dict, model, widths=None, batch=None) -> dict:
     at, after_q3, after_q1 = (_first_crossing(quartile[q]) for q in ("median_s", "q3_s", "q1_s"))
     if (after_q3 is None) != (after_q1 is None) and not faults:
         faults.append(f"the crossing lies inside the CPU's spread at the sweep's largest {name}")
-    return {"at": at, "within": (after_q3, after_q1), "faults": faults, "first": line[0][0]}
+    return {"at": at, "within": (after_q3, after_q1), "faults": faults, "first": line[0][0],
+            "busy": busy}
 
 
 def crossover_range(cpu: dict, terms: dict, widths=None, batch=None) -> dict:
@@ -105,7 +110,8 @@ def describe_crossover(found: dict, along: str) -> str:
     faults = found["from"]["faults"] or found["to"]["faults"]
     if faults:
         more = f"; and {len(faults) - 2} more" if len(faults) > 2 else ""
-        return f"by {along}: no crossover printed: {'; '.join(faults[:2])}{more}:\n  {BUSY_ADVICE}"
+        advice = BUSY_ADVICE if found["from"]["busy"] else DOUBT_ADVICE
+        return f"by {along}: no crossover printed: {'; '.join(faults[:2])}{more}:\n  {advice}"
     key = found["largest"]
     largest = f"batch {key[0]}" if along == "batch" else f"width {key[1][0]}"
     high, low = found["speedup"]

@@ -165,8 +165,9 @@ def describe_measured(cpu: dict, device: dict, terms: dict, device_name: str,
     found = placed_crossing(cpu, line, widths=widths)
     where = ("nowhere measured" if found["at"] is None else "from the smallest batch measured"
              if found["at"] == 0 else f"from about batch {found['at']:,.0f}")
-    verdict = ("no crossover placed: the CPU's line was drawn by a busy machine (above)"
-               if found["faults"] else f"{device_name} overtakes this CPU {where}")
+    verdict = (f"{device_name} overtakes this CPU {where}" if not found["faults"] else
+               "no crossover placed: the CPU's line was drawn by a busy machine (above)"
+               if found["busy"] else f"no crossover placed: {found['faults'][0]}")
     return "\n".join(lines + [f"by batch, measured: {verdict}"])
 
 
