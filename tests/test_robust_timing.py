@@ -79,3 +79,10 @@ def test_a_busy_point_breaks_the_lines_shape():
     assert line_faults([(32, 1e6, quiet(1.0, 0.2)), (128, 4e6, quiet(0.95, 0.2))], "batch") == []
     wide = [(32, 1e6, quiet(0.5)), (128, 4e6, quiet(0.7, spread=0.6))]
     assert line_faults(wide, "batch") == ["batch 128's steps spread 60% of their median (a usable point: at most 25%)"]
+
+
+def test_a_step_may_grow_up_to_twice_as_fast_as_its_flops():
+    # 4 times the FLOPs: up to 8 times the time is a quiet machine's (larger matrices leave the caches)
+    assert line_faults([(2048, 4e6, quiet(10.0, 0)), (4096, 16e6, quiet(79.0, 0))], "width") == []
+    assert line_faults([(2048, 4e6, quiet(10.0, 0)), (4096, 16e6, quiet(81.0, 0))], "width") == [
+        "width 4,096 (81 ms) took 8.1 times width 2,048 (10 ms) for 4 times the FLOPs"]

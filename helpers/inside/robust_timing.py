@@ -21,7 +21,7 @@ from dataclasses import dataclass
 OUTLIER_MADS = 3.0
 MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation is 1.4826 MADs
 MAX_SPREAD = 0.25
-MAX_GROWTH = 1.5
+MAX_GROWTH = 2.0
 
 
 @dataclass(frozen=True)
