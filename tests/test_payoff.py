@@ -75,7 +75,7 @@ def test_the_held_out_prediction_is_computed_not_copied():
     assert held["off_without"] - held["off"] < 0.02
     assert held["lost_s"] == pytest.approx(1 / 163.25353269069706 - step_1w)
     text = payoff.describe_held_out(held, terms)
-    assert ("the model misses the tutorial's 163 it/s per worker by 16.4% (over: 190 it/s); "
+    assert ("the model misses the tutorial's 163 it/s per worker by 16.4% (it predicts 190 it/s, too fast); "
             "without the all-reduce by 17.9% (192 it/s)") in text
     assert "two workers lose 0.93 ms a step; the all-reduce term explains 0.068 ms of it" in text
     assert f"{held['lost_s'] * 1e3:.2f}" == "0.93" and f"{held['off']:.1%}" == "16.4%"

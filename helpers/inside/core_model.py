@@ -138,9 +138,10 @@ def two_worker_prediction(terms: dict, data: dict | None = None) -> dict:
 def describe_held_out(held: dict, terms: dict) -> str:
     """Two lines: what the model misses the held-out figure by, with and without the all-reduce,
     and how much of what two workers lose the all-reduce explains."""
-    over = "over" if held["off"] > 0 else "under"
+    side = "too fast" if held["off"] > 0 else "too slow"
     return (f"two workers (held out): the model misses the tutorial's {held['published_it_s']:.0f} "
-            f"it/s per worker by {abs(held['off']):.1%} ({over}: {held['predicted_it_s']:.0f} it/s); "
+            f"it/s per worker by {abs(held['off']):.1%} (it predicts {held['predicted_it_s']:.0f} it/s, "
+            f"{side}); "
             f"without the all-reduce by {abs(held['off_without']):.1%} "
             f"({held['without_allreduce_it_s']:.0f} it/s)\n"
             f"two workers lose {held['lost_s'] * 1e3:.2f} ms a step; the all-reduce term explains "
