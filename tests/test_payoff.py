@@ -184,26 +184,32 @@ TICK = 2.0 ** -13  # about 0.12 ms, exact in binary: the fake clock's sums are e
 
 class BusyMachine:
     """07's CPU measurement on a machine made busy on purpose: the real training step runs, and
-    a fake clock (the measurement's `clock`) takes one TICK per 32 images for it, plus `extra`
-    seconds for the steps extra(batch, call) names (call: the point's 1st, 2nd... step)."""
+    fake clocks (the measurement's `clock` and `cpu_clock`) take one TICK per 32 images for it,
+    the wall clock plus `extra` seconds for the steps extra(batch, call) names (call: the point's
+    1st, 2nd... step), spent waiting while other work holds the CPU."""
 
     def __init__(self, extra):
-        self.now, self.extra = 0.0, extra
+        self.now, self.cpu, self.extra = 0.0, 0.0, extra
 
     def clock(self):
         return self.now
+
+    def cpu_clock(self):
+        return self.cpu
 
     def step(self, batch, widths):
         real, calls = payoff.cpu_training_step(batch, widths), itertools.count(1)
 
         def step():
             real()
+            self.cpu += TICK * batch / 32
             self.now += TICK * batch / 32 + self.extra(batch, next(calls))
         return step
 
     def sweep(self, batches):
         return payoff.cpu_sweep([(b, payoff.TUTORIAL_WIDTHS) for b in batches], rounds=3,
-                                step=self.step, clock=self.clock, min_visit_s=8 * TICK)
+                                step=self.step, clock=self.clock, cpu_clock=self.cpu_clock,
+                                min_visit_s=8 * TICK)
 
 
 def test_07s_measurement_rejects_a_step_slowed_on_purpose():
@@ -212,8 +218,8 @@ def test_07s_measurement_rejects_a_step_slowed_on_purpose():
     # batch 32: warm-up call 1, then 8 steps a visit; call 5 (250 ms) ends its visit, rejected
     slowed, steady = cpu[(32, payoff.TUTORIAL_WIDTHS)], cpu[(128, payoff.TUTORIAL_WIDTHS)]
     assert (slowed.rejected, slowed.kept) == (1, 3 + 8 + 8)
-    assert slowed == Timing(TICK, TICK, TICK, 19, 1) and slowed.reliable
-    assert steady == Timing(4 * TICK, 4 * TICK, 4 * TICK, 6, 0)  # 2 steps a visit
+    assert slowed == Timing(TICK, TICK, TICK, 19, 1, cpu_share=1.0) and slowed.reliable
+    assert steady == Timing(4 * TICK, 4 * TICK, 4 * TICK, 6, 0, cpu_share=1.0)  # 2 steps a visit
     assert payoff.describe_crossover(payoff.crossover_range(cpu, sample_terms(0.0002, 0.0003, 1e30),
                                                             widths=payoff.TUTORIAL_WIDTHS),
                                      "batch").startswith("by batch: one NeuronCore (modelled) overtakes")
@@ -223,12 +229,17 @@ def test_07s_measurement_with_a_busy_point_prints_no_crossover_but_what_to_do():
     machine = BusyMachine(lambda batch, call: 0.125 if batch == 128 else 0.0)  # every step at 128
     cpu = machine.sweep((32, 128, 512))
     widths, terms = payoff.TUTORIAL_WIDTHS, payoff.model_terms()
-    assert cpu[(128, widths)] == Timing(*[0.125 + 4 * TICK] * 3, 3, 0)  # steady, and wrong
-    text = payoff.describe_crossover(payoff.crossover_range(cpu, terms, widths=widths), "batch")
-    assert text.startswith("by batch: no crossover printed: batch 128 (125 ms) took 1,028 times batch 32 "
-                           "(0.122 ms) for 4 times the FLOPs; batch 512 (1.95 ms) ran faster than "
-                           "batch 128 (125 ms):")
-    assert "overtakes" not in text and text.endswith(BUSY_ADVICE)
+    share = 4 * TICK / (0.125 + 4 * TICK)
+    assert cpu[(128, widths)] == Timing(*[0.125 + 4 * TICK] * 3, 3, 0, share)  # steady, and wrong
+    found = payoff.crossover_range(cpu, terms, widths=widths)
+    assert found["from"]["faults"] == [
+        "batch 128's steps had a CPU for 0% of their time (a usable point: at least 90%; other work "
+        "held the cores)",
+        "batch 128 (125 ms) took 1,028 times batch 32 (0.122 ms) for 4 times the FLOPs",
+        "batch 512 (1.95 ms) ran faster than batch 128 (125 ms)"]
+    text = payoff.describe_crossover(found, "batch")
+    assert text.startswith("by batch: no crossover printed: batch 128's steps had a CPU for 0%")
+    assert "; and 1 more:" in text and "overtakes" not in text and text.endswith(BUSY_ADVICE)
     assert "re-run the CPU cell and this one" in BUSY_ADVICE
     # the instructor's page quotes it among the common failures
     page = " ".join((REPO_ROOT / "notebooks" / "README.md").read_text().split())
@@ -243,6 +254,19 @@ def test_07s_measurement_with_a_busy_point_prints_no_crossover_but_what_to_do():
     quiet = BusyMachine(lambda batch, call: 0.0).sweep((32, 128, 512))
     found = payoff.crossover_range(quiet, sample_terms(0.0002, 0.0003, 1e30), widths=widths)
     assert found["to"]["faults"] == [] and 32 < found["to"]["at"] < 128
+
+
+def test_07s_measurement_on_a_machine_that_slows_every_step_alike_prints_no_crossover():
+    """Every step made 125 ms longer, waiting for a CPU (a quota's throttling, threads waiting
+    on each other): no spread, a line that rises, and every step a hundred times too slow."""
+    cpu = BusyMachine(lambda batch, call: 0.125).sweep((32, 128, 512, 2048))
+    assert all(t.spread == 0 and t.cpu_share < 0.1 and not t.reliable for t in cpu.values())
+    text = payoff.describe_crossover(payoff.crossover_range(cpu, payoff.model_terms(),
+                                                            widths=payoff.TUTORIAL_WIDTHS), "batch")
+    assert text.startswith("by batch: no crossover printed: batch 32's steps had a CPU for 0% of their "
+                           "time") and text.endswith(BUSY_ADVICE)
+    rows = payoff.cpu_rows(cpu, payoff.model_terms())
+    assert rows[0][:6] == [32, "120/84", "125.12", "0%", "0%", "3/0 (busy)"]
 
 
 def quiet_cpu():
@@ -304,7 +328,11 @@ def test_the_loader_costs_each_image_and_both_loops_the_same():
     for (b, w), t in cpu.items():
         assert (t.median_s > terms["high"].step_s(b, w)) == (t.median_s + 50e-6 * b > core.step_s(b, w))
     busy = payoff.describe_loader(cpu, terms, {32: spread(52e-6, 0.9)})
-    assert "what it changes is not placed: the loader's timings spread 90%" in busy
+    assert busy.endswith("what it changes is not placed: a busy machine's measurements (at batch 32 "
+                         "its timings spread 90%)")
+    waited = Timing(52e-6, 51e-6, 53e-6, 10, 0, cpu_share=0.2)
+    assert busy.replace("spread 90%)", "spread 4%, on a CPU 20% of the time)") == \
+        payoff.describe_loader(cpu, terms, {32: waited})
 
 
 def test_the_loader_is_timed_per_image_on_the_real_loader():

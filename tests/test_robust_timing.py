@@ -62,7 +62,7 @@ def test_steps_are_timed_in_rounds_across_the_points_and_a_slowed_step_is_reject
 
 
 def quiet(ms, spread=0.04):
-    return Timing(ms / 1e3, ms / 1e3 * (1 - spread / 2), ms / 1e3 * (1 + spread / 2), 20, 0)
+    return Timing(ms / 1e3, ms / 1e3 * (1 - spread / 2), ms / 1e3 * (1 + spread / 2), 20, 0, cpu_share=1.9)
 
 
 def test_a_line_a_quiet_machine_draws_has_no_fault():
@@ -86,3 +86,25 @@ def test_a_step_may_grow_up_to_twice_as_fast_as_its_flops():
     assert line_faults([(2048, 4e6, quiet(10.0, 0)), (4096, 16e6, quiet(79.0, 0))], "width") == []
     assert line_faults([(2048, 4e6, quiet(10.0, 0)), (4096, 16e6, quiet(81.0, 0))], "width") == [
         "width 4,096 (81 ms) took 8.1 times width 2,048 (10 ms) for 4 times the FLOPs"]
+
+
+def test_steps_that_waited_for_a_cpu_are_unreliable_however_steady():
+    clock, cpu = FakeClock(), FakeClock()
+
+    def step():  # 1 ms of work, 9 ms waiting while other work holds the CPU
+        cpu.now += 0.001
+        clock.now += 0.010
+    waited = time_interleaved({"a": step}, rounds=3, warmup=1, min_visit_s=0, clock=clock,
+                              cpu_clock=cpu)["a"]
+    assert waited.spread < 1e-9 and waited.cpu_share == pytest.approx(0.1) and not waited.reliable
+    assert line_faults([(32, 1e6, waited)], "batch") == [
+        "batch 32's steps had a CPU for 10% of their time (a usable point: at least 90%; other work "
+        "held the cores)"]
+    # two threads busy all along: twice the wall time, reliable
+    assert summarize([0.01, 0.01, 0.01], [0.02, 0.02, 0.02]).cpu_share == pytest.approx(2.0)
+    assert summarize([0.01, 0.01, 0.01], [0.02, 0.02, 0.02]).reliable
+    # the limit: its own thread on a CPU 90% of the time
+    assert not summarize([0.01, 0.01], [0.0085, 0.0085]).reliable
+    assert summarize([0.01, 0.01], [0.0095, 0.0095]).reliable
+    # without a CPU clock (a device does the work) nothing is said of it
+    assert summarize([0.01, 0.01]).cpu_share is None and summarize([0.01, 0.01]).reliable

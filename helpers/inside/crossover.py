@@ -16,7 +16,7 @@ import math
 from dataclasses import replace
 
 from helpers.inside.core_model import TUTORIAL_WIDTHS, matmul_flops, model_terms
-from helpers.inside.robust_timing import MAX_SPREAD, Timing, line_faults
+from helpers.inside.robust_timing import Timing, line_faults
 
 BUSY_ADVICE = ("the machine was too busy to measure. Close other work on this machine (other "
                "notebooks' kernels, builds, browsers' busy tabs), then re-run the CPU cell and this one")
@@ -182,10 +182,12 @@ def describe_loader(cpu: dict, terms: dict, per_image: dict, widths=TUTORIAL_WID
     title = f"the loader alone, per image: {costs} (a cost per image; the band leaves it out)"
     line = sweep_line(cpu, widths=widths)
     faults = line_faults([(x, matmul_flops(*key), t) for x, key, t in line], "batch")
-    spread = max(t.spread for t in per_image.values())
-    if faults or spread > MAX_SPREAD:
-        return (f"{title}\n  what it changes is not placed: the loader's timings spread {spread:.0%}"
-                f"{'; the CPU line was drawn by a busy machine' if faults else ''}")
+    busy = [f"at batch {b} its timings spread {t.spread:.0%}" + (
+        "" if t.cpu_share is None else f", on a CPU {t.cpu_share:.0%} of the time")
+        for b, t in per_image.items() if not t.reliable]
+    if faults or busy:
+        return (f"{title}\n  what it changes is not placed: a busy machine's measurements ("
+                + "; ".join(busy + (["the CPU line above"] if faults else [])) + ")")
     _, key, largest = line[-1]
     seconds = per_image[max(per_image)].median_s
     loaded = {end: replace(terms[end], loader_per_image_s=seconds) for end in ("low", "high")}

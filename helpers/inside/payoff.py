@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 
 import torch
 
@@ -70,11 +71,12 @@ def cpu_training_step(batch: int, widths=TUTORIAL_WIDTHS):
 
 
 def cpu_sweep(points, rounds: int = 5, warmup: int = 1, step=cpu_training_step,
-              **timing) -> dict[tuple, Timing]:
+              cpu_clock=time.process_time, **timing) -> dict[tuple, Timing]:
     """{(batch, widths): Timing} of a CPU training step for each (batch, widths) in points, timed
-    in rounds that visit every point in turn (robust_timing.time_interleaved)."""
+    in rounds that visit every point in turn, with the share of the time they had a CPU
+    (robust_timing.time_interleaved)."""
     steps = {(batch, tuple(widths)): step(batch, tuple(widths)) for batch, widths in points}
-    return time_interleaved(steps, rounds=rounds, warmup=warmup, **timing)
+    return time_interleaved(steps, rounds=rounds, warmup=warmup, cpu_clock=cpu_clock, **timing)
 
 
 def cpu_step_s(batch: int, widths=TUTORIAL_WIDTHS, rounds: int = 5) -> float:
@@ -120,17 +122,19 @@ def loader_per_image_s(kind: str = "torchvision", batches=(32, 256), rounds: int
         loader = make_loader(kind, data_dir, train=True, batch_size=batch, seed=0)
         batches_forever = itertools.chain.from_iterable(loader for _ in itertools.count())
         return lambda: next(batches_forever)
+    timing.setdefault("cpu_clock", time.process_time)
     timed = time_interleaved({b: next_batch(b) for b in batches}, rounds=rounds, warmup=1, **timing)
-    return {b: Timing(t.median_s / b, t.q1_s / b, t.q3_s / b, t.kept, t.rejected)
+    return {b: Timing(t.median_s / b, t.q1_s / b, t.q3_s / b, t.kept, t.rejected, t.cpu_share)
             for b, t in timed.items()}
 
 
 def cpu_rows(cpu: dict, terms: dict) -> list[list]:
-    """Rows (batch, widths, median ms, spread, steps kept/rejected, the band) for notebook 07's
-    table of the CPU's points; a point too spread to use is marked."""
+    """Rows (batch, widths, median ms, spread, share of the time on a CPU, steps kept/rejected,
+    the band) for notebook 07's table of the CPU's points; a point not to be used is marked."""
     low, high = terms["low"], terms["high"]
-    return [[b, f"{w[0]}/{w[1]}", f"{t.median_s * 1e3:.2f}",
-             f"{t.spread:.0%}" + ("" if t.reliable else " (too wide)"), f"{t.kept}/{t.rejected}",
+    return [[b, f"{w[0]}/{w[1]}", f"{t.median_s * 1e3:.2f}", f"{t.spread:.0%}",
+             "" if t.cpu_share is None else f"{t.cpu_share:.0%}",
+             f"{t.kept}/{t.rejected}" + ("" if t.reliable else " (busy)"),
              f"{low.step_s(b, w) * 1e3:.2f} to {high.step_s(b, w) * 1e3:.2f}"]
             for (b, w), t in cpu.items()]
 
