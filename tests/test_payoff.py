@@ -155,7 +155,7 @@ def test_the_cpus_spread_gives_the_crossings_range():
 def test_a_crossing_inside_the_cpus_spread_is_not_printed():
     widths = (120, 84)
     # at batch 2048 the core (4 ms) beats the CPU's median (4.1 ms) but not its first quartile
-    cpu = {(32, widths): spread(0.001), (512, widths): spread(0.002), (2048, widths): spread(0.0041)}
+    cpu = {(32, widths): spread(0.0005), (512, widths): spread(0.002), (2048, widths): spread(0.0041)}
     found = payoff.placed_crossing(cpu, payoff.NeuronCoreModel(0.004, 1e30), widths=widths)
     assert found["at"] > 512 and found["within"][1] is None
     assert found["faults"] == ["the crossing lies inside the CPU's spread at the sweep's largest batch"]
@@ -172,7 +172,7 @@ def test_a_crossing_inside_the_cpus_spread_is_not_printed():
 def test_a_lead_that_comes_and_goes_is_not_a_crossover():
     widths = (120, 84)
     # within their spreads the points may dip, but a core winning at 512 and losing at 2048 is noise
-    cpu = {(32, widths): spread(0.001, 0.2), (512, widths): spread(0.0042, 0.2), (2048, widths): spread(0.0039, 0.2)}
+    cpu = {(32, widths): spread(0.00045, 0.2), (512, widths): spread(0.0042, 0.2), (2048, widths): spread(0.0039, 0.2)}
     found = payoff.placed_crossing(cpu, payoff.NeuronCoreModel(0.004, 1e30), widths=widths)
     assert found["faults"] == ["the modelled core wins before batch 2,048 and loses there"]
     assert "no crossover printed" in payoff.describe_crossover(

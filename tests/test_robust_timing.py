@@ -71,13 +71,14 @@ def test_a_line_a_quiet_machine_draws_has_no_fault():
 
 
 def test_a_busy_point_breaks_the_lines_shape():
-    line = [(32, 1e6, quiet(0.5)), (128, 4e6, quiet(128.0)), (512, 16e6, quiet(1.8))]
+    line = [(32, 1e6, quiet(0.5)), (128, 4e6, quiet(128.0)), (512, 16e6, quiet(2.1))]
     faults = line_faults(line, "batch")
     assert faults == ["batch 128 (128 ms) took 256 times batch 32 (0.5 ms) for 4 times the FLOPs",
-                      "batch 512 (1.8 ms) ran faster than batch 128 (128 ms)"]
+                      "batch 512 (2.1 ms) ran faster than batch 128 (128 ms)"]
     # within their spreads a point may be a little faster than the one before it
-    assert line_faults([(32, 1e6, quiet(1.0, 0.2)), (128, 4e6, quiet(0.95, 0.2))], "batch") == []
-    wide = [(32, 1e6, quiet(0.5)), (128, 4e6, quiet(0.7, spread=0.6))]
+    assert line_faults([(32, 1e6, quiet(1.0, 0.2)), (128, 4e6, quiet(0.95, 0.2)), (2048, 64e6, quiet(9.0))],
+                       "batch") == []
+    wide = [(32, 1e6, quiet(0.5)), (128, 4e6, quiet(1.0, spread=0.6))]
     assert line_faults(wide, "batch") == ["batch 128's steps spread 60% of their median (a usable point: at most 25%)"]
 
 
@@ -108,3 +109,13 @@ def test_steps_that_waited_for_a_cpu_are_unreliable_however_steady():
     assert summarize([0.01, 0.01], [0.0095, 0.0095]).reliable
     # without a CPU clock (a device does the work) nothing is said of it
     assert summarize([0.01, 0.01]).cpu_share is None and summarize([0.01, 0.01]).reliable
+
+
+def test_a_line_flattened_by_waiting_is_a_busy_machines():
+    # every step 136 ms, a little more for the largest: 256 times the FLOPs, twice the time
+    flat = [(32, 1e6, quiet(136.0)), (512, 16e6, quiet(200.0)), (8192, 256e6, quiet(272.0))]
+    assert line_faults(flat, "batch") == [
+        "from batch 32 to 8,192 the step grew 2 times for 256 times the FLOPs (a quiet machine's: at "
+        "least 16 times)"]
+    assert line_faults([(32, 1e6, quiet(0.48)), (8192, 256e6, quiet(7.7))], "batch") == []
+    assert line_faults([(32, 1e6, quiet(0.48)), (8192, 256e6, quiet(7.6))], "batch") != []

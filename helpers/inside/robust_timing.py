@@ -13,7 +13,9 @@ A line of points (one sweep: the batch, or the hidden width) can place a crossin
 every point is reliable and the line has the shape a quiet machine draws: it rises with the
 work (no point faster than the one before it beyond both IQRs) and no faster than its FLOPs
 allow (a step's time may grow up to MAX_GROWTH times as fast as its FLOPs: larger matrices
-leave the caches). Otherwise a busy machine drew it, and it says where.
+leave the caches); from its first point to its last it grows at least as the square root of
+the FLOPs (a line flattened by waiting does not: its small steps were slowed the most).
+Otherwise a busy machine drew it, and it says where.
 """
 from __future__ import annotations
 
@@ -109,4 +111,9 @@ def line_faults(line: list, name: str) -> list[str]:
             faults.append(f"{name} {x1:,} ({t1.median_s * 1e3:.3g} ms) took "
                           f"{f'{ratio:.3g}' if ratio < 1000 else f'{ratio:,.0f}'} times {name} {x0:,} "
                           f"({t0.median_s * 1e3:.3g} ms) for {f1 / f0:.3g} times the FLOPs")
+    (x0, f0, t0), (x1, f1, t1) = line[0], line[-1]
+    if len(line) > 1 and t1.median_s / t0.median_s < (f1 / f0) ** 0.5:
+        faults.append(f"from {name} {x0:,} to {x1:,} the step grew {t1.median_s / t0.median_s:.3g} times "
+                      f"for {f1 / f0:.3g} times the FLOPs (a quiet machine's: at least "
+                      f"{(f1 / f0) ** 0.5:.3g} times)")
     return faults
