@@ -178,7 +178,7 @@ def describe_measured(cpu: dict, device: dict, terms: dict, device_name: str,
 def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_for_widths: int):
     """Two panels, one legend (5 entries): ms per step against batch size (the tutorial's
     widths), and against hidden width (at batch_for_widths; a tick names both widths where they
-    differ); the CPU's medians with their IQR (a point too spread to use hollow, in red); the model
+    differ); the CPU's medians with their IQR (a point not to be used hollow, in red); the model
     as a band (its range), the tutorial's two batch-32 logs as markers."""
     import matplotlib.pyplot as plt
 
@@ -194,10 +194,10 @@ def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_f
         ax.errorbar(xs, ms, yerr=[[m - 1e3 * t.q1_s for m, (_, _, t) in zip(ms, line)],
                                   [1e3 * t.q3_s - m for m, (_, _, t) in zip(ms, line)]],
                     fmt="o-", color="tab:blue", capsize=3,
-                    label="host CPU, plain PyTorch (measured here: median, IQR; hollow: too spread)")
+                    label="host CPU, plain PyTorch (measured here: median, IQR; hollow: busy)")
         unreliable = [(x, m) for x, m, (_, _, t) in zip(xs, ms, line) if not t.reliable]
         ax.plot([u[0] for u in unreliable], [u[1] for u in unreliable], "o", color="white",
-                markeredgecolor="tab:red", zorder=3)  # too spread to use: hollow, red
+                markeredgecolor="tab:red", zorder=3)  # not to be used (robust_timing): hollow, red
         ax.fill_between(xs, [1e3 * terms["low"].step_s(*k) for _, k, _ in line],
                         [1e3 * terms["high"].step_s(*k) for _, k, _ in line], color="tab:orange",
                         alpha=0.35, label="one NeuronCore, modelled (range: loader's share unknown)")
