@@ -1,14 +1,17 @@
 """Notebook 07, when a NeuronCore wins: the MLP's step time on the host CPU (measured), on the XLA
 device (measured, a few points), against one NeuronCore's modelled range (core_model.py), and
-where they cross.
+where they cross (crossover.py).
 
-Both measured lines time a step on data already in memory (no data loader), as the model's low
-end leaves the loader out, and wait for each step before the next (no overlap, unlike the
-tutorial's MpDeviceLoader loop the model is fitted to). The crossover is given for both ends of
-the model's range, and from the device's own points (on a trn1, a NeuronCore's).
+Both measured lines time a step on data already in memory (no data loader), as the model's band
+leaves the loader out, and wait for each step before the next (no overlap, unlike the
+tutorial's MpDeviceLoader loop the model is fitted to). Each point is a median over many steps,
+outliers rejected, with its spread (robust_timing.py): the CPU's points in rounds that visit
+every point in turn, so that other work on the machine shows as spread, not as a wrong line.
+The loader is timed on its own, per image.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 
@@ -33,25 +36,19 @@ from helpers.inside.core_model import (  # noqa: F401  (notebook 07 and the test
     published_throughputs,
     two_worker_prediction,
 )
+from helpers.inside.crossover import (  # noqa: F401
+    crossing,
+    crossover_range,
+    crossover_sensitivity,
+    describe_crossover,
+    describe_loader,
+    describe_sensitivity,
+    placed_crossing,
+    sweep_line,
+)
+from helpers.inside.robust_timing import Timing, time_interleaved
 from helpers.show.cost import TUTORIAL_BATCH
 from mnist_mlp.model import MLP
-
-
-def _timed_steps(step, steps: int, warmup: int, wait=lambda: None, min_seconds: float = 0.05,
-                 max_steps: int = 200) -> float:
-    """The fastest timed step after `warmup` untimed ones (as timeit reports): at least `steps`
-    of them, more while they add up to under min_seconds (short steps get many chances), so
-    steps the machine's other work delayed do not move it."""
-    for _ in range(warmup):
-        step()
-    wait()
-    times = []
-    while len(times) < steps or (sum(times) < min_seconds and len(times) < max_steps):
-        start = time.perf_counter()
-        step()
-        wait()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def _training_step(model, x, y):
@@ -66,18 +63,32 @@ def _training_step(model, x, y):
     return step
 
 
-def cpu_step_s(batch: int, widths=TUTORIAL_WIDTHS, steps: int = 5, warmup: int = 2) -> float:
-    """Seconds per training step in plain PyTorch on the host CPU (random data already in memory:
-    the step alone, no data loader)."""
+def cpu_training_step(batch: int, widths=TUTORIAL_WIDTHS):
+    """One training step in plain PyTorch on the host CPU, on random data already in memory."""
     torch.manual_seed(0)
     x, y = torch.randn(batch, INPUT), torch.randint(0, CLASSES, (batch,))
-    return _timed_steps(_training_step(MLP(layers=widths), x, y), steps, warmup)
+    return _training_step(MLP(layers=widths), x, y)
 
 
-def device_step_s(device, batch: int, widths=TUTORIAL_WIDTHS, steps: int = 5,
+def cpu_sweep(points, rounds: int = 5, warmup: int = 1, step=cpu_training_step,
+              cpu_clock=time.process_time, **timing) -> dict[tuple, Timing]:
+    """{(batch, widths): Timing} of a CPU training step for each (batch, widths) in points, timed
+    in rounds that visit every point in turn, with the share of the time they had a CPU
+    (robust_timing.time_interleaved)."""
+    steps = {(batch, tuple(widths)): step(batch, tuple(widths)) for batch, widths in points}
+    return time_interleaved(steps, rounds=rounds, warmup=warmup, cpu_clock=cpu_clock, **timing)
+
+
+def cpu_step_s(batch: int, widths=TUTORIAL_WIDTHS, rounds: int = 5) -> float:
+    """Seconds per CPU training step (the median, outliers rejected) at one point."""
+    return cpu_sweep([(batch, widths)], rounds=rounds)[(batch, tuple(widths))].median_s
+
+
+def device_step_s(device, batch: int, widths=TUTORIAL_WIDTHS, rounds: int = 5,
                   warmup: int = 2) -> float:
-    """Seconds per training step on the XLA device: one graph per (batch, widths), compiled in
-    the warm-up; each step a sync, the time taken once the device has finished."""
+    """Seconds per training step on the XLA device (the median, outliers rejected): one graph
+    per (batch, widths), compiled in the warm-up; each step a sync, timed once the device has
+    finished."""
     import torch_xla
     import torch_xla.core.xla_model as xm
 
@@ -92,7 +103,8 @@ def device_step_s(device, batch: int, widths=TUTORIAL_WIDTHS, steps: int = 5,
         loss = train()
         torch_xla.sync()
         return loss
-    return _timed_steps(step, steps, warmup, wait=xm.wait_device_ops)
+    return time_interleaved({"step": step}, rounds=rounds, warmup=warmup,
+                            wait=xm.wait_device_ops)["step"].median_s
 
 
 def sweep(measure, points) -> dict:
@@ -100,57 +112,31 @@ def sweep(measure, points) -> dict:
     return {(batch, tuple(widths)): measure(batch, widths) for batch, widths in points}
 
 
-def _line(cpu: dict, widths=None, batch=None) -> list:
-    """[(x, key, cpu seconds)] along one sweep (fixed widths: x is the batch; fixed batch: x is the
-    first hidden width), in order of x."""
-    line = sorted((key[0] if batch is None else key[1][0], key, seconds)
-                  for key, seconds in cpu.items()
-                  if (widths is None or key[1] == tuple(widths)) and (batch is None or key[0] == batch))
-    if not line:
-        raise ValueError("no measured point in that sweep: give widths= or batch= of the sweep")
-    return line
+def loader_per_image_s(kind: str = "torchvision", batches=(32, 256), rounds: int = 5,
+                       data_dir=None, **timing) -> dict[int, Timing]:
+    """{batch: Timing per image} of the training loader `kind` alone (notebook 01 times it at
+    batch 32), at each batch size: a per-image cost holds its value as the batch grows."""
+    from mnist_mlp.common import make_loader
+
+    def next_batch(batch):
+        loader = make_loader(kind, data_dir, train=True, batch_size=batch, seed=0)
+        batches_forever = itertools.chain.from_iterable(loader for _ in itertools.count())
+        return lambda: next(batches_forever)
+    timing.setdefault("cpu_clock", time.process_time)
+    timed = time_interleaved({b: next_batch(b) for b in batches}, rounds=rounds, warmup=1, **timing)
+    return {b: Timing(t.median_s / b, t.q1_s / b, t.q3_s / b, t.kept, t.rejected, t.cpu_share)
+            for b, t in timed.items()}
 
 
-def crossing(cpu: dict, model: NeuronCoreModel, widths=None, batch=None):
-    """Where along one sweep the modelled NeuronCore starts to beat the measured CPU: the batch
-    (or width) at which the two lines meet, interpolated on log scales between the last measured
-    point where the CPU wins and the first where the core does. None when the core wins nowhere;
-    0 when it already wins at the first point."""
-    line = _line(cpu, widths, batch)
-    gap = [(x, math.log(seconds / model.step_s(*key))) for x, key, seconds in line]
-    if gap[0][1] > 0:
-        return 0
-    for (x0, g0), (x1, g1) in zip(gap, gap[1:]):
-        if g1 > 0:
-            return math.exp(math.log(x0) + (math.log(x1) - math.log(x0)) * -g0 / (g1 - g0))
-    return None
-
-
-def crossover_range(cpu: dict, terms: dict, widths=None, batch=None) -> dict:
-    """The crossing for both ends of the model's fixed-cost range, and the core's speed-up over
-    the CPU at the sweep's largest point for each."""
-    _, key, seconds = _line(cpu, widths, batch)[-1]
-    return {"from": crossing(cpu, terms["low"], widths, batch),
-            "to": crossing(cpu, terms["high"], widths, batch), "largest": key,
-            "speedup": (seconds / terms["high"].step_s(*key), seconds / terms["low"].step_s(*key))}
-
-
-def _about(ratio: float) -> str:
-    """A speed-up rounded to what a peak-FLOPS model can say: one significant figure."""
-    return f"~{float(f'{ratio:.1g}'):g}x"
-
-
-def describe_crossover(found: dict, along: str) -> str:
-    """One sentence for a crossover_range() result; along: "batch" or "width"."""
-    def at(x):
-        if x is None:
-            return "nowhere measured"
-        return f"the smallest {along} measured" if x == 0 else f"about {along} {x:,.0f}"
-    key = found["largest"]
-    largest = f"batch {key[0]}" if along == "batch" else f"width {key[1][0]}"
-    return (f"by {along}: one NeuronCore (modelled) overtakes this CPU from {at(found['from'])} "
-            f"(the band's low end) to {at(found['to'])} (its high end); at {largest} it would be "
-            f"up to {_about(max(found['speedup']))} the CPU if the core ran at FP32 peak")
+def cpu_rows(cpu: dict, terms: dict) -> list[list]:
+    """Rows (batch, widths, median ms, spread, share of the time on a CPU, steps kept/rejected,
+    the band) for notebook 07's table of the CPU's points; a point not to be used is marked."""
+    low, high = terms["low"], terms["high"]
+    return [[b, f"{w[0]}/{w[1]}", f"{t.median_s * 1e3:.2f}", f"{t.spread:.0%}",
+             "" if t.cpu_share is None else f"{t.cpu_share:.0%}",
+             f"{t.kept}/{t.rejected}" + ("" if t.reliable else " (busy)"),
+             f"{low.step_s(b, w) * 1e3:.2f} to {high.step_s(b, w) * 1e3:.2f}"]
+            for (b, w), t in cpu.items()]
 
 
 def device_line(device: dict, widths=TUTORIAL_WIDTHS) -> NeuronCoreModel:
@@ -180,16 +166,20 @@ def describe_measured(cpu: dict, device: dict, terms: dict, device_name: str,
     rate = "no slower" if math.isinf(line.peak_flops) else f"{line.peak_flops / 1e12:.3g} TFLOP/s"
     lines.append(f"as a line through its {widths[0]}/{widths[1]} points: {line.fixed_s * 1e3:.2f} ms a "
                  f"step plus FLOPs at {rate} (the model: {terms['peak_flops'] / 1e12:.2f} TFLOP/s)")
-    found = crossing(cpu, line, widths=widths)
-    where = ("nowhere measured" if found is None else "from the smallest batch measured"
-             if found == 0 else f"from about batch {found:,.0f}")
-    return "\n".join(lines + [f"by batch, measured: {device_name} overtakes this CPU {where}"])
+    found = placed_crossing(cpu, line, widths=widths)
+    where = ("nowhere measured" if found["at"] is None else "from the smallest batch measured"
+             if found["at"] == 0 else f"from about batch {found['at']:,.0f}")
+    verdict = (f"{device_name} overtakes this CPU {where}" if not found["faults"] else
+               "no crossover placed: the CPU's line was drawn by a busy machine (above)"
+               if found["busy"] else f"no crossover placed: {found['faults'][0]}")
+    return "\n".join(lines + [f"by batch, measured: {verdict}"])
 
 
 def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_for_widths: int):
     """Two panels, one legend (5 entries): ms per step against batch size (the tutorial's
     widths), and against hidden width (at batch_for_widths; a tick names both widths where they
-    differ); the model as a band (its range), the tutorial's two batch-32 logs as markers."""
+    differ); the CPU's medians with their IQR (a point not to be used hollow, in red); the model
+    as a band (its range), the tutorial's two batch-32 logs as markers."""
     import matplotlib.pyplot as plt
 
     published = published_throughputs()
@@ -199,10 +189,15 @@ def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_f
               (by_width, {"batch": batch_for_widths}, lambda b, w: b == batch_for_widths,
                f"hidden width (both layers; batch {batch_for_widths})")]
     for ax, sweep_of, keep, xlabel in panels:
-        line = _line(cpu, **sweep_of)
-        xs = [x for x, _, _ in line]
-        ax.plot(xs, [1e3 * s for _, _, s in line], "o-", color="tab:blue",
-                label="host CPU, plain PyTorch (measured here)")
+        line = sweep_line(cpu, **sweep_of)
+        xs, ms = [x for x, _, _ in line], [1e3 * t.median_s for _, _, t in line]
+        ax.errorbar(xs, ms, yerr=[[m - 1e3 * t.q1_s for m, (_, _, t) in zip(ms, line)],
+                                  [1e3 * t.q3_s - m for m, (_, _, t) in zip(ms, line)]],
+                    fmt="o-", color="tab:blue", capsize=3,
+                    label="host CPU, plain PyTorch (measured here: median, IQR; hollow: busy)")
+        unreliable = [(x, m) for x, m, (_, _, t) in zip(xs, ms, line) if not t.reliable]
+        ax.plot([u[0] for u in unreliable], [u[1] for u in unreliable], "o", color="white",
+                markeredgecolor="tab:red", zorder=3)  # not to be used (robust_timing): hollow, red
         ax.fill_between(xs, [1e3 * terms["low"].step_s(*k) for _, k, _ in line],
                         [1e3 * terms["high"].step_s(*k) for _, k, _ in line], color="tab:orange",
                         alpha=0.35, label="one NeuronCore, modelled (range: loader's share unknown)")
