@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 
 import pytest
+import torch
 from torch import nn
 
 from helpers.inside import payoff
@@ -267,6 +268,34 @@ def test_07s_measurement_on_a_machine_that_slows_every_step_alike_prints_no_cros
                            "time") and text.endswith(BUSY_ADVICE)
     rows = payoff.cpu_rows(cpu, payoff.model_terms())
     assert rows[0][:6] == [32, "120/84", "125.12", "0%", "0%", "3/0 (busy)"]
+
+
+def test_07s_measurement_where_threads_wait_for_each_other_prints_no_crossover():
+    """Every step on more than one thread 20 ms longer, the process on a CPU all along (its
+    threads wait for each other while other work holds a core: this VM's 2 threads took 190 ms
+    a step at batch 2048, one thread 18 ms): steady, and a hundred times too slow."""
+    class ContendedThreads(BusyMachine):
+        def cpu_clock(self):
+            return self.now  # no time off a CPU: the share cannot see it
+
+    machine = ContendedThreads(lambda batch, call: 0.02 if torch.get_num_threads() > 1 else 0.0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        cpu = machine.sweep((32, 128, 512, 2048))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.get_num_threads() == threads
+    note = cpu[(32, payoff.TUTORIAL_WIDTHS)].busy_note
+    ratio = (64 * TICK + 0.02) / (64 * TICK)
+    assert note == (f"at batch 2048 a step on 2 threads took {ratio:.3g} times as long as on one "
+                    f"(its threads waited for cores other work held)") and f"{ratio:.3g}" == "3.56"
+    assert all(t.busy_note == note and t.spread < 0.25 and not t.reliable for t in cpu.values())
+    text = payoff.describe_crossover(payoff.crossover_range(cpu, payoff.model_terms(),
+                                                            widths=payoff.TUTORIAL_WIDTHS), "batch")
+    assert text.startswith(f"by batch: no crossover printed: {note}") and text.endswith(BUSY_ADVICE)
+    quiet = BusyMachine(lambda batch, call: 0.0)
+    assert all(t.busy_note is None for t in quiet.sweep((32, 2048)).values())
 
 
 def quiet_cpu():

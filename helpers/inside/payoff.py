@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from dataclasses import replace
 
 import torch
 
@@ -63,6 +64,10 @@ def _training_step(model, x, y):
     return step
 
 
+THREAD_PROBE = (2048, TUTORIAL_WIDTHS)  # a step long enough that more threads make it faster
+MAX_THREAD_SLOWDOWN = 1.5
+
+
 def cpu_training_step(batch: int, widths=TUTORIAL_WIDTHS):
     """One training step in plain PyTorch on the host CPU, on random data already in memory."""
     torch.manual_seed(0)
@@ -70,13 +75,36 @@ def cpu_training_step(batch: int, widths=TUTORIAL_WIDTHS):
     return _training_step(MLP(layers=widths), x, y)
 
 
+def _on_one_thread(step):
+    """The step on one of PyTorch's threads (the count restored after it)."""
+    def one_thread_step():
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return step()
+        finally:
+            torch.set_num_threads(threads)
+    return one_thread_step
+
+
 def cpu_sweep(points, rounds: int = 5, warmup: int = 1, step=cpu_training_step,
-              cpu_clock=time.process_time, **timing) -> dict[tuple, Timing]:
+              cpu_clock=time.process_time, probe=THREAD_PROBE, **timing) -> dict[tuple, Timing]:
     """{(batch, widths): Timing} of a CPU training step for each (batch, widths) in points, timed
     in rounds that visit every point in turn, with the share of the time they had a CPU
-    (robust_timing.time_interleaved)."""
+    (robust_timing.time_interleaved). With more than one thread, the probe point also runs on
+    one: when its threads make it MAX_THREAD_SLOWDOWN times slower than one thread does, they
+    waited for cores other work held, and every point says so (Timing.busy_note)."""
     steps = {(batch, tuple(widths)): step(batch, tuple(widths)) for batch, widths in points}
-    return time_interleaved(steps, rounds=rounds, warmup=warmup, cpu_clock=cpu_clock, **timing)
+    threads = torch.get_num_threads()
+    if probe and threads > 1:
+        steps["threads"], steps["one thread"] = step(*probe), _on_one_thread(step(*probe))
+    timed = time_interleaved(steps, rounds=rounds, warmup=warmup, cpu_clock=cpu_clock, **timing)
+    many, one = timed.pop("threads", None), timed.pop("one thread", None)
+    if many and many.q1_s > one.q3_s * MAX_THREAD_SLOWDOWN:
+        note = (f"at batch {probe[0]} a step on {threads} threads took {many.median_s / one.median_s:.3g} "
+                f"times as long as on one (its threads waited for cores other work held)")
+        timed = {key: replace(t, busy_note=note) for key, t in timed.items()}
+    return timed
 
 
 def cpu_step_s(batch: int, widths=TUTORIAL_WIDTHS, rounds: int = 5) -> float:

@@ -39,6 +39,7 @@ class Timing:
     kept: int
     rejected: int
     cpu_share: float | None = None  # CPU time / wall time of the steps kept (None: not measured)
+    busy_note: str | None = None  # why the measurement itself found the machine busy (None: it did not)
 
     @property
     def spread(self) -> float:
@@ -47,7 +48,8 @@ class Timing:
 
     @property
     def reliable(self) -> bool:
-        return self.spread <= MAX_SPREAD and (self.cpu_share is None or self.cpu_share >= MIN_CPU_SHARE)
+        return (self.spread <= MAX_SPREAD and self.busy_note is None
+                and (self.cpu_share is None or self.cpu_share >= MIN_CPU_SHARE))
 
 
 def summarize(seconds: list[float], cpu_seconds: list[float] | None = None) -> Timing:
@@ -97,7 +99,8 @@ def time_interleaved(steps: dict, rounds: int = 7, warmup: int = 2, min_visit_s:
 def line_faults(line: list, name: str) -> list[str]:
     """What keeps a line of (x, flops, Timing), in order of x, from placing a crossing: points
     too spread, a point faster than the one before it, a step growing faster than its FLOPs."""
-    faults = [f"{name} {x:,}'s steps spread {t.spread:.0%} of their median (a usable point: at "
+    faults = sorted({t.busy_note for _, _, t in line if t.busy_note})
+    faults += [f"{name} {x:,}'s steps spread {t.spread:.0%} of their median (a usable point: at "
               f"most {MAX_SPREAD:.0%})" for x, _, t in line if t.spread > MAX_SPREAD]
     faults += [f"{name} {x:,}'s steps had a CPU for {t.cpu_share:.0%} of their time (a usable point: "
                f"at least {MIN_CPU_SHARE:.0%}; other work held the cores)" for x, _, t in line
