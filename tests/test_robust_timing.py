@@ -41,7 +41,7 @@ def test_a_slow_step_is_rejected_and_leaves_the_median():
 
 
 def test_a_point_spread_wider_than_the_limit_is_unreliable():
-    spread = summarize([0.010, 0.020, 0.015, 0.025, 0.012, 0.018])
+    spread = summarize([0.010, 0.030, 0.015, 0.035, 0.012, 0.028])
     assert spread.rejected == 0 and spread.spread > MAX_SPREAD and not spread.reliable
     with pytest.raises(ValueError, match="at least 2"):
         summarize([0.01])
@@ -79,7 +79,7 @@ def test_a_busy_point_breaks_the_lines_shape():
     assert line_faults([(32, 1e6, quiet(1.0, 0.2)), (128, 4e6, quiet(0.95, 0.2)), (2048, 64e6, quiet(9.0))],
                        "batch") == []
     wide = [(32, 1e6, quiet(0.5)), (128, 4e6, quiet(1.0, spread=0.6))]
-    assert line_faults(wide, "batch") == ["batch 128's steps spread 60% of their median (a usable point: at most 25%)"]
+    assert line_faults(wide, "batch") == ["batch 128's steps spread 60% of their median (a usable point: at most 50%)"]
 
 
 def test_a_step_may_grow_up_to_twice_as_fast_as_its_flops():
