@@ -18,7 +18,7 @@ from mnist_mlp.common import compile_notice
 from mnist_mlp.common.compile_cache import cache_url, compiler_flag, local_cache_dir, module_state
 from mnist_mlp.common.compile_notice import CompileNotice, duration, watch_compiles
 from tests.paths import REPO_ROOT
-from tests.trn1_double import build_instance
+from tests.trn1_double import build_instance, journal
 
 VERSION = "neuronxcc-2.26.6360.0"
 FAILURE_TEXT = "Failed compilation with ['neuronx-cc', 'compile']: [NCC_EVRF009] error"
@@ -294,9 +294,15 @@ def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(
                        r"meets it stops unless NEURON_CC_FLAGS has --retry_failed_compilation",
                        first.stdout)
     assert failed and int(failed[1]) >= COMPILE_S and failed[2] == key, first.stdout
+    assert "Failed compilation with" in first.stderr
+    # The cache tool lists the entry as failed.
+    listed = subprocess.run([sys.executable, "-m", "helpers.cache", "ls", "--root", str(cache), "--state",
+                             "failed"], env=env, cwd=REPO_ROOT, text=True, capture_output=True, timeout=120)
+    assert listed.returncode == 0 and "failed" in listed.stdout and key.split("/")[-1] in listed.stdout, listed
     # 2. The next run meets the failed entry: the wrapper skips it, the run stops, and says why.
     second = train_on_the_double(env, tmp_path)
     assert second.returncode != 0 and "Got a cached failed neff" in second.stderr
+    assert "--retry_failed_compilation" in second.stderr  # the wrapper's own line says what to do
     assert f"holds entries whose compile failed before ({key})" in second.stdout
     assert "Compiling a graph" not in second.stdout
     # 3. --retry_failed_compilation: compiled again, and said so.
@@ -309,6 +315,8 @@ def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(
     assert compiled and int(compiled[1]) >= COMPILE_S and compiled[2] == key, third.stdout
     lines = third.stdout.splitlines()  # said before the step's own line, which comes after it
     assert lines.index(retried.group(0)) < next(i for i, x in enumerate(lines) if x.startswith("step 1"))
+    assert [e["event"] for e in journal(tmp_path / "trn1") if e["event"] in ("failed", "cached-failure")] == [
+        "failed", "cached-failure"]
 
 
 @pytest.mark.e2e

@@ -1,7 +1,8 @@
 """The workbook's paths that meet a failed or killed compile, on the trn1 double's faults on demand
 (tests/trn1_double: TRN1_DOUBLE_FAIL_COMPILE, TRN1_DOUBLE_KILL_COMPILE): the run's error and the
 line that says what to do, `--retry_failed_compilation`, the cache tool's failed and locked
-entries, and the precompile report."""
+entries, and the precompile report. A failed compile's error, the cache tool's listing of it and
+the retry flag are tested with the compile notice (tests/test_compile_notice.py), on one run each."""
 import os
 import re
 import shlex
@@ -41,21 +42,6 @@ def readme_first_aid(symptom: str) -> list[str]:
                if symptom in line)
     command = re.search(r"`\.venv/bin/python -m helpers\.cache ([^`]+)`", row)[1]
     return shlex.split(command)
-
-
-def test_a_failed_compile_is_shown_by_the_cache_tool_and_retried_by_the_flag(instance, tmp_path):
-    env, cache = instance
-    failed = train({**env, "TRN1_DOUBLE_FAIL_COMPILE": "#1"}, tmp_path, timeout=600)
-    assert failed.returncode != 0 and "Failed compilation with" in failed.stderr
-    code, listing = cache_tool(env, "ls", "--root", str(cache), "--state", "failed")
-    assert code == 0 and "failed" in listing and "MODULE_" in listing, listing
-    again = train(env, tmp_path, timeout=600)  # the failure is cached: the line says what to do
-    assert again.returncode != 0
-    assert "Got a cached failed neff" in again.stderr and "--retry_failed_compilation" in again.stderr
-    retried = train({**env, "NEURON_CC_FLAGS": "--retry_failed_compilation"}, tmp_path, timeout=600)
-    assert retried.returncode == 0, retried.stderr[-2000:]
-    assert [e["event"] for e in journal(tmp_path) if e["event"] in ("failed", "cached-failure")] == [
-        "failed", "cached-failure"]
 
 
 def test_a_killed_compile_leaves_a_lock_the_next_run_waits_on_until_the_cache_tool_clears_it(
