@@ -204,6 +204,21 @@ def test_watch_compiles_only_where_torch_xla_runs_and_on_rank_0(monkeypatch):
         assert watch is None  # another torchrun worker: rank 0 speaks
 
 
+def test_an_entry_seen_done_is_not_read_again(tmp_path, monkeypatch):
+    lines, clock, counters = [], Clock(), Counters()
+    watch = notice(lines, clock, counters=counters, cache_dir=tmp_path, poll_s=3600).start()  # polled here only
+    try:
+        make_entry(tmp_path, "MODULE_dd+01", "done")  # compiled by this run
+        reads = []
+        real = compile_notice.module_state
+        monkeypatch.setattr(compile_notice, "module_state", lambda path: reads.append(path) or real(path))
+        for _ in range(3):
+            watch.poll()
+        assert len(reads) == 1
+    finally:
+        watch.stop()
+
+
 def test_a_failed_run_names_the_entries_that_failed_before(tmp_path, monkeypatch):
     make_entry(tmp_path, "MODULE_ff+01", "failed")
     monkeypatch.setattr(compile_notice, "_say", lambda line: None)
@@ -221,6 +236,7 @@ def test_a_failed_run_names_the_entries_that_failed_before(tmp_path, monkeypatch
 @pytest.mark.parametrize("flags, url, expected", [
     ("--cache_dir=/c1 -O1", None, ("/c1", "--cache_dir in NEURON_CC_FLAGS")),
     ("--cache_dir /c2", "/u", ("/c2", "--cache_dir in NEURON_CC_FLAGS")),
+    ("--cache_dir=/c1 --cache_dir /c3", None, ("/c3", "--cache_dir in NEURON_CC_FLAGS")),  # the last wins
     ("", "/u", ("/u", "NEURON_COMPILE_CACHE_URL")),
 ])
 def test_the_cache_the_wrapper_uses(flags, url, expected):

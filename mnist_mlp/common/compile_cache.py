@@ -150,19 +150,21 @@ def module_entries(root: Path) -> dict[str, Path]:
 
 def compiler_flag(name: str, env=None) -> str | bool | None:
     """A flag's value in NEURON_CC_FLAGS (`--flag=value` or `--flag value`), True for a flag
-    given without one, None when absent or when the variable cannot be split."""
+    given without one, None when absent or when the variable cannot be split. The last one given
+    wins, as with argparse and the cache tool (helpers.cache.flags.get_flag)."""
     env = os.environ if env is None else env
     try:
         tokens = shlex.split(env.get(COMPILER_FLAGS_ENV, ""))
     except ValueError:
         return None
+    found = None
     for i, token in enumerate(tokens):
         if token.startswith(f"{name}="):
-            return token.split("=", 1)[1]
-        if token == name:
+            found = token.split("=", 1)[1]
+        elif token == name:
             following = tokens[i + 1] if i + 1 < len(tokens) else ""
-            return following if following and not following.startswith("-") else True
-    return None
+            found = following if following and not following.startswith("-") else True
+    return found
 
 
 def cache_url(env=None) -> tuple[str, str]:

@@ -65,6 +65,7 @@ class CompileNotice:
         self.say = say or _say
         self.clock, self.quiet_s, self.every_s, self.poll_s = clock, quiet_s, every_s, poll_s
         self.states_at_start: dict[str, str] = {}
+        self._settled: set[str] = set()  # entries this run saw done: never read again
         self._base = self._last = (0, 0)
         self._since = self._next_at = None
         self._entry: tuple[str, str] | None = None  # (key, why) of the graph compiling
@@ -148,9 +149,12 @@ class CompileNotice:
         fallback = None
         for key, path in module_entries(self.cache_dir).items():
             before = self.states_at_start.get(key)
-            if before in ("done", "locked"):  # a hit reads it; an old lock is no compile of ours
+            # a hit reads it; an old lock is no compile of ours; a settled one compiles no more
+            if before in ("done", "locked") or key in self._settled:
                 continue
             state = module_state(path)
+            if state == "done":
+                self._settled.add(key)
             if before == "failed":
                 why = (f"{key} failed before; {RETRY_FAILED_FLAG} compiles it again"
                        if state == "locked" else None)
@@ -227,8 +231,9 @@ def watch_compiles(env=None, say=None):
         try:
             yield notice
         except BaseException:
-            if notice.cache_dir is not None and not notice.retry_failed and notice.failed_before():
-                keys = ", ".join(notice.failed_before()[:3])
+            failed = notice.failed_before() if notice.cache_dir is not None and not notice.retry_failed else []
+            if failed:
+                keys = ", ".join(failed[:3])
                 notice.say(f"The compile cache {notice.cache_dir} holds entries whose compile failed "
                            f"before ({keys}): the compiler wrapper skips such a graph and the run "
                            f"stops; fix the cause, then add {RETRY_FAILED_FLAG} to NEURON_CC_FLAGS")
