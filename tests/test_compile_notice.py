@@ -18,7 +18,7 @@ from mnist_mlp.common import compile_notice
 from mnist_mlp.common.compile_cache import cache_url, compiler_flag, local_cache_dir, module_state
 from mnist_mlp.common.compile_notice import CompileNotice, duration, watch_compiles
 from tests.paths import REPO_ROOT
-from tests.trn1_double import build_instance, journal
+from tests.trn1_double import instance_env, journal
 
 VERSION = "neuronxcc-2.26.6360.0"
 FAILURE_TEXT = "Failed compilation with ['neuronx-cc', 'compile']: [NCC_EVRF009] error"
@@ -296,8 +296,7 @@ def train_on_the_double(env, tmp_path, **extra):
 @pytest.mark.e2e
 @pytest.mark.xdist_group("trn1-double")
 def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(tmp_path):
-    env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"},
-           **build_instance(tmp_path / "trn1"), "TRN1_DOUBLE_COMPILE_SECONDS": str(COMPILE_S)}
+    env = instance_env(tmp_path / "trn1", TRN1_DOUBLE_COMPILE_SECONDS=str(COMPILE_S))
     cache = tmp_path / "trn1/var/tmp/neuron-compile-cache"
     # 1. The step's graph is new, and its compile fails (as a compile can: the double on demand).
     first = train_on_the_double(env, tmp_path, TRN1_DOUBLE_FAIL_COMPILE="#1")
@@ -338,8 +337,7 @@ def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(
 @pytest.mark.e2e
 @pytest.mark.xdist_group("trn1-double")
 def test_on_the_trn1_double_a_run_waiting_on_a_killed_compiles_lock_names_it(tmp_path):
-    env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"},
-           **build_instance(tmp_path / "trn1"), "TRN1_DOUBLE_COMPILE_SECONDS": "1"}
+    env = instance_env(tmp_path / "trn1", TRN1_DOUBLE_COMPILE_SECONDS="1")
     killed = train_on_the_double(env, tmp_path, TRN1_DOUBLE_KILL_COMPILE="#1")
     assert killed.returncode == -9, killed.stderr[-2000:]
     lock, = (tmp_path / "trn1/var/tmp/neuron-compile-cache").glob("neuronxcc-*/MODULE_*/*.lock")

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from tests.paths import REPO_ROOT
-from tests.trn1_double import build_instance, journal
+from tests.trn1_double import build_instance, instance_env, journal
 
 HOLD = ("from mnist_mlp.common.backend import select_backend\n"
         "b = select_backend(); d = b.device; import sys, time\n"
@@ -20,10 +20,8 @@ def python(code, env, **kw):
 
 @pytest.mark.e2e
 def test_a_held_core_refuses_the_next_process_with_the_runtime_line(tmp_path):
-    import os
 
-    env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"},
-           **build_instance(tmp_path)}
+    env = instance_env(tmp_path)
     holder = python(HOLD, {**env, "NEURON_RT_VISIBLE_CORES": "0"})
     try:
         assert holder.stdout.readline().strip() == "neuron"
@@ -100,9 +98,8 @@ def run_double(code, env, timeout=120):
 
 @pytest.fixture
 def instance(tmp_path):
-    import os
 
-    return {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}, **build_instance(tmp_path)}
+    return instance_env(tmp_path)
 
 
 @pytest.mark.e2e

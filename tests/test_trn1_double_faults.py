@@ -3,7 +3,6 @@
 line that says what to do, `--retry_failed_compilation`, the cache tool's failed and locked
 entries, and the precompile report. A failed compile's error, the cache tool's listing of it and
 the retry flag are tested with the compile notice (tests/test_compile_notice.py), on one run each."""
-import os
 import re
 import shlex
 import subprocess
@@ -13,14 +12,14 @@ import pytest
 
 from helpers.cache import precompile
 from tests.paths import REPO_ROOT
-from tests.trn1_double import build_instance, journal
+from tests.trn1_double import instance_env, journal
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("trn1-double")]
 
 
 @pytest.fixture
 def instance(tmp_path):
-    env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}, **build_instance(tmp_path)}
+    env = instance_env(tmp_path)
     return env, tmp_path / "var/tmp/neuron-compile-cache"
 
 

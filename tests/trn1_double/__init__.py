@@ -104,6 +104,12 @@ def build_instance(root: Path) -> dict[str, str]:
             "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
 
 
+def instance_env(root: Path, **extra: str) -> dict[str, str]:
+    """This process's environment on the instance under `root` (laid out there): PJRT_DEVICE
+    dropped, as a trn1's shell has none, then `extra` (knobs such as TRN1_DOUBLE_COMPILE_SECONDS)."""
+    return {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}, **build_instance(root), **extra}
+
+
 def journal(root: Path) -> list[dict]:
     """The runtime events every process on the instance recorded (reserved, refused, compiling,
     compiled, failed, killed, waiting, cached, cached-failure, extracted, trial,
