@@ -15,7 +15,9 @@ from helpers.inside.lazy_metrics import graph_hashes
 from helpers.launch.processes import run_streaming
 from tests.browser.conftest import kernel_env
 
-pytestmark = pytest.mark.e2e  # kernels and processes that start torch_xla
+# Kernels and processes that start torch_xla; on one xdist worker, so the module-scoped pass
+# (`recorded`) runs once, not once per worker.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("classroom-coverage")]
 
 SET_UP = "import os\nos.environ['PJRT_DEVICE'] = 'CPU'"
 KERNEL_GRAPH = """import torch, torch_xla

@@ -36,22 +36,18 @@ def results(directory):
 
 
 @pytest.mark.e2e  # two torchrun launches, and the session's two-worker run
-# Both start orders: node 1 first waits (retrying its connection to node 0's store) for node 0,
-# started HEAD_START_S later, well within the rendezvous timeout.
-@pytest.mark.parametrize("first", [0, 1])
-def test_two_nodes_train_the_same_model_as_two_workers_on_one_node(tmp_path, script_env,
-                                                                   script_runs, first):
+def test_two_nodes_train_the_same_model_as_two_workers_on_one_node(tmp_path, script_env, script_runs):
+    """The harder start order: node 1 first waits (retrying its connection to node 0's store)
+    for node 0, started HEAD_START_S later, well within the rendezvous timeout. (Node 0 first,
+    the default, is notebook 04's run: its committed output, compared in every session.)"""
     shown = []
     started = time.monotonic()
     nodes = run_nodes(SCRIPT, [*STEPS, "--checkpoint-dir", str(tmp_path / "two-nodes")],
                       timeout=600, rdzv_timeout=120, env=script_env, cwd=REPO_ROOT,
-                      on_line=shown.append, first=first, head_start=HEAD_START_S)
+                      on_line=shown.append, first=1, head_start=HEAD_START_S)
     assert {rank: r.returncode for rank, r in nodes.items()} == {0: 0, 1: 0}
-    if first == 1:
-        assert shown[1].startswith("node 1 started first")
-        assert time.monotonic() - started > HEAD_START_S, "node 0 really started later"
-    else:
-        assert not any("started first" in line for line in shown)
+    assert shown[1].startswith("node 1 started first")
+    assert time.monotonic() - started > HEAD_START_S, "node 0 really started later"
     assert set(nodes[0].lines_by_rank()) == {0} and set(nodes[1].lines_by_rank()) == {1}
     assert any(line.startswith("Replicas equal") for line in nodes[0].lines_by_rank()[0])
     assert shown[0].startswith("node 0") and "│ node 1" in shown[0]

@@ -144,8 +144,11 @@ def test_loadgroup_keeps_an_xdist_group_on_one_worker(tmp_path):
             "import pytest\n\n@pytest.mark.xdist_group(name='chain')\n"
             "@pytest.mark.parametrize('i', range(4))\ndef test_in_group(i):\n    pass\n\n"
             "@pytest.mark.parametrize('i', range(4))\ndef test_free(i):\n    pass\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v",
-                           "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path,
+    # Only xdist among the plugins: the others (nbval's nbformat, its jsonschema grammar) cost
+    # each of the three processes seconds and take no part in the split.
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "xdist", "-n", "2", "--dist",
+                           "loadgroup", "-v", "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path,
+                          env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:]
     workers = {m.group(1) for m in re.finditer(r"\[(gw\d)\].*test_in_group", done.stdout)}
