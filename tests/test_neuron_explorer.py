@@ -22,6 +22,8 @@ def test_a_capture_compiles_into_a_new_cache_keeping_the_compiler_flags():
     troubleshooting page): the capture's graphs compile again, into the capture's own cache."""
     env = capture_env("out", cc_flags="--model-type=transformer --cache_dir=/shared/cache")
     assert env["NEURON_CC_FLAGS"] == "--model-type=transformer --cache_dir=out/compile-cache"
+    spaced = capture_env("out", cc_flags="--cache_dir /shared/cache -O1 --cache_dir /b --retry_failed_compilation")
+    assert spaced["NEURON_CC_FLAGS"] == "-O1 --retry_failed_compilation --cache_dir=out/compile-cache"
 
 
 def test_command_lines(monkeypatch):

@@ -38,10 +38,24 @@ def capture_env(output_dir, cc_flags: str | None = None) -> dict[str, str]:
     NEURON_RT_INSPECT_DEVICE_PROFILE=1 would add device traces), with NEURON_CC_FLAGS (default:
     this process's) pointed at a new cache inside output_dir."""
     flags = os.environ.get("NEURON_CC_FLAGS", "") if cc_flags is None else cc_flags
-    kept = [f for f in flags.split() if not f.startswith("--cache_dir=")]
     cache = f"--cache_dir={Path(output_dir) / CAPTURE_CACHE}"
     return {"NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_OUTPUT_DIR": str(output_dir),
-            **COMPILE_DEBUG_ENV, "NEURON_CC_FLAGS": " ".join([*kept, cache])}
+            **COMPILE_DEBUG_ENV, "NEURON_CC_FLAGS": " ".join([*_without_cache_dir(flags), cache])}
+
+
+def _without_cache_dir(flags: str) -> list[str]:
+    """NEURON_CC_FLAGS' tokens less every --cache_dir, `--cache_dir=x` or `--cache_dir x` (both
+    spellings the compiler's wrapper reads: mnist_mlp.common.compile_cache.compiler_flag)."""
+    tokens, kept = shlex.split(flags), []
+    skip_value = False
+    for token in tokens:
+        if skip_value and not token.startswith("-"):
+            skip_value = False
+            continue
+        skip_value = token == "--cache_dir"
+        if not skip_value and not token.startswith("--cache_dir="):
+            kept.append(token)
+    return kept
 
 
 def workload(steps: int = 30, script: str = "mnist_mlp/train.py") -> list[str]:
