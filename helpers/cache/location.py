@@ -55,9 +55,7 @@ def locate_cache(env=None) -> CacheLocation:
     if cache_dir is True or cache_dir == "":
         raise flags.FlagsError(f"{flags.ENV_VAR} has --cache_dir with no value: give it a directory "
                          "(--cache_dir=/path) or remove it to use the default cache")
-    if cache_dir:
-        return CacheLocation(cache_dir, f"--cache_dir in {flags.ENV_VAR}")
-    return CacheLocation(*cache_url({k: v for k, v in env.items() if k != flags.ENV_VAR}))
+    return CacheLocation(*cache_url(env))  # checked above; the compiler's own reading from here
 
 
 def installed_compiler_version() -> str | None:
