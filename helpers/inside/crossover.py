@@ -42,6 +42,11 @@ def sweep_line(cpu: dict, widths=None, batch=None) -> list:
     return line
 
 
+def sweep_faults(line: list, name: str) -> list[str]:
+    """robust_timing.line_faults of a sweep_line, each point's work its step's FLOPs."""
+    return line_faults([(x, matmul_flops(*key), t) for x, key, t in line], name)
+
+
 def _first_crossing(points: list):
     """points: [(x, cpu seconds, core seconds)]. The x where the core starts to win; 0 when it
     wins at the first point; None when it wins nowhere."""
@@ -66,7 +71,7 @@ def placed_crossing(cpu: dict, model, widths=None, batch=None) -> dict:
     line's own shape or spread is among them (not only where this model meets it)}."""
     line = sweep_line(cpu, widths, batch)
     name = "batch" if batch is None else "width"
-    faults = line_faults([(x, matmul_flops(*key), t) for x, key, t in line], name)
+    faults = sweep_faults(line, name)
     busy = bool(faults)
     quartile = {q: [(x, getattr(t, q), model.step_s(*key)) for x, key, t in line]
                 for q in ("median_s", "q3_s", "q1_s")}
@@ -132,7 +137,7 @@ def crossover_sensitivity(cpu: dict, widths=TUTORIAL_WIDTHS, efficiencies=EFFICI
         terms = model_terms(efficiency=efficiency)
         rows.append((efficiency, *(placed_crossing(cpu, terms[end], widths=widths)
                                    for end in ("low", "high"))))
-    return {"rows": rows, "faults": line_faults([(x, matmul_flops(*key), t) for x, key, t in line], "batch")}
+    return {"rows": rows, "faults": sweep_faults(line, "batch")}
 
 
 def _batch(found: dict):
@@ -181,7 +186,7 @@ def describe_loader(cpu: dict, terms: dict, per_image: dict, widths=TUTORIAL_WID
     costs = ", ".join(f"{t.median_s * 1e6:.0f} µs at batch {b}" for b, t in per_image.items())
     title = f"the loader alone, per image: {costs} (a cost per image; the band leaves it out)"
     line = sweep_line(cpu, widths=widths)
-    faults = line_faults([(x, matmul_flops(*key), t) for x, key, t in line], "batch")
+    faults = sweep_faults(line, "batch")
     busy = [f"at batch {b} its timings spread {t.spread:.0%}" + (
         "" if t.cpu_share is None else f", on a CPU {t.cpu_share:.0%} of the time")
         for b, t in per_image.items() if not t.reliable]
