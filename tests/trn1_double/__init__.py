@@ -52,7 +52,7 @@ TOOLS = {"neuron_parallel_compile": "neuron_parallel_compile.py", "neuron-monito
 # (NEURON_RT_STOCHASTIC_ROUNDING_EN, docs/sources.md) is hardware the double lacks: its XLA on the
 # CPU rounds to nearest, so the BF16 recipe that relies on it stalls here as on any such device.
 UNDECIDABLE_CHECKS = {
-    "largest test-accuracy gap of the three BF16 recipes to FP32":
+    "test-accuracy gap of stochastic rounding to FP32":
         "stochastic rounding is NeuronCore hardware; the double's CPU rounds to nearest",
 }
 UBUNTU_24_04 = 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\n'
