@@ -24,17 +24,20 @@ from helpers.cache.plans import (
 from helpers.cache.removal import apply_plan, check_inside
 from helpers.cache.scan import scan_cache
 from helpers.cache.units import human_bytes, iso_time
+from mnist_mlp.common.platform_paths import PLATFORM_ROOT_ENV
 from tests.cache_trees import CUR_DIR, CURRENT, LEGACY_DIR, LINKED, OLD, OLD_DIR
+from tests.proc_trees import fake_process
 
 # Whether a compiler runs on this machine decides what a lock removal may do (no lock is stale
-# while one runs); the trn1 double's pass starts neuron_parallel_compile, so these tests run on
-# its worker, after it or before it, never beside it.
-pytestmark = pytest.mark.xdist_group("trn1-double")
+# while one runs). A compiler on another platform root (WORKBOOK_PLATFORM_ROOT) runs on another
+# machine: the trn1 double's compiles do not count here, nor this module's stand-in elsewhere.
 
 
 @pytest.fixture
-def fake_compiler():
-    """A real process on this host whose argv[0] is neuronx-cc, as /proc shows a compile."""
+def fake_compiler(tmp_path, monkeypatch):
+    """A real process on this host whose argv[0] is neuronx-cc, as /proc shows a compile, on a
+    platform root of this test's own (set here and inherited): no other test's cache tool sees it."""
+    monkeypatch.setenv(PLATFORM_ROOT_ENV, str(tmp_path / "platform"))
     proc = subprocess.Popen(["bash", "-c", "exec -a neuronx-cc sleep 60"])
     deadline = time.monotonic() + 10
     while not any(pid == proc.pid for pid, _ in compiler_processes()):
@@ -95,6 +98,25 @@ def test_no_lock_is_stale_while_a_compiler_runs(tree, fake_compiler):
     why = result.skipped[0][1]  # the compilers note (other compiles on this host may show too)
     assert why.startswith("a compiler is running (pid ") and f"pid {fake_compiler.pid}: " in why
     assert (tree.path("locked_stale") / "model.hlo_module.pb.lock").exists()
+
+
+def test_a_compiler_on_another_platform_root_runs_on_another_machine(tmp_path, monkeypatch):
+    """The seam's rule (mnist_mlp/common/platform_paths.py), on a fake /proc: a compiler counts
+    when its WORKBOOK_PLATFORM_ROOT is ours (unset in both: equal), or its environ is unreadable."""
+    proc, here, there = tmp_path / "proc", str(tmp_path / "here"), str(tmp_path / "there")
+    fake_process(proc, 101, ["neuronx-cc", "compile"], {}, environ={PLATFORM_ROOT_ENV: there})
+    fake_process(proc, 102, ["/opt/bin/neuron_parallel_compile", "python3", "train.py"], {},
+                 environ={"PATH": "/usr/bin", PLATFORM_ROOT_ENV: here})
+    fake_process(proc, 103, ["python3", "/opt/bin/neuron_cc_wrapper"], {})  # environ unreadable
+    fake_process(proc, 104, ["neuronx-cc", "compile"], {}, environ={"PATH": "/usr/bin"})
+    fake_process(proc, 105, ["python3", "train.py"], {}, environ={PLATFORM_ROOT_ENV: here})  # no compiler
+    monkeypatch.setenv(PLATFORM_ROOT_ENV, here)
+    assert sorted(compiler_processes(proc)) == [
+        (102, "/opt/bin/neuron_parallel_compile python3 train.py"), (103, "python3 /opt/bin/neuron_cc_wrapper")]
+    monkeypatch.delenv(PLATFORM_ROOT_ENV)
+    assert sorted(pid for pid, _ in compiler_processes(proc)) == [103, 104]  # unset here and there
+    (proc / "103" / "environ").mkdir()  # there but unreadable (as another user's is): it counts
+    assert sorted(pid for pid, _ in compiler_processes(proc)) == [103, 104]
 
 
 def test_remove_other_versions(tree):

@@ -13,6 +13,7 @@ import pytest
 
 from helpers.cache import precompile
 from mnist_mlp.common.paths import REPO_ROOT as REPO
+from mnist_mlp.common.platform_paths import PLATFORM_ROOT_ENV
 
 ARGS = ["--epochs", "2", "--batch-size", "64", "--lr", "0.05", "--seed", "1", "--loader", "fast",
         "--data-dir", "/data/mnist", "--checkpoint-dir", "/tmp/ckpt"]
@@ -166,6 +167,12 @@ def fake_wrapper(workdir):
     return wrapper
 
 
+def own_platform(workdir):
+    """The stand-in wrapper on a platform root of its own: another machine to the cache tool of
+    other tests, which would otherwise see a neuron_parallel_compile running (no lock stale)."""
+    return {PLATFORM_ROOT_ENV: str(workdir / "platform")}
+
+
 def test_neuron_path_precompiles_then_trains(workdir):
     wrapper = fake_wrapper(workdir)
     cache = workdir / "neuron-cache"
@@ -173,7 +180,7 @@ def test_neuron_path_precompiles_then_trains(workdir):
     report = precompile.precompile(workdir / "train.py", ["--checkpoint-dir", "ckpt"], backend="neuron",
                            wrapper=str(wrapper), cwd=workdir, timeout=120, on_line=lines.append,
                            env={"INVOCATIONS": str(workdir / "calls.jsonl"),
-                                "NEURON_COMPILE_CACHE_URL": str(cache)})
+                                "NEURON_COMPILE_CACHE_URL": str(cache), **own_platform(workdir)})
     script = str(workdir / "train.py")
     assert invocations(workdir) == [
         ["wrapper", sys.executable, script, "--checkpoint-dir", "ckpt", "--steps-this-run", "10"],
@@ -205,7 +212,7 @@ def test_failed_compiles_are_counted_as_failed_not_done(workdir):
                            wrapper=str(fake_wrapper(workdir)), cwd=workdir, timeout=120,
                            run_real=False, on_line=lambda _: None,
                            env={"INVOCATIONS": str(workdir / "calls.jsonl"), "FAIL_GRAPHS": "1",
-                                "NEURON_COMPILE_CACHE_URL": str(cache)})
+                                "NEURON_COMPILE_CACHE_URL": str(cache), **own_platform(workdir)})
     assert report.compiled_by_trial.done == 2 and report.compiled_by_trial.failed == 1
     assert report.parallel_totals == {"total": 3, "succeeded": 2, "failed": 1}
     assert any("python -m helpers.cache ls --state failed" in n for n in report.notes)

@@ -103,39 +103,6 @@ def instance(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_compile_takes_the_time_a_test_asks_for(instance, tmp_path):
-    r = run_double(COMPILE_ONE, {**instance, "TRN1_DOUBLE_COMPILE_SECONDS": "1.5"})
-    assert r.returncode == 0, r.stderr
-    events = journal(tmp_path)
-    start = next(e for e in events if e["event"] == "compiling")
-    done = next(e for e in events if e["event"] == "compiled")
-    assert start["seconds"] == 1.5 and done["time"] - start["time"] >= 1.5
-    assert not list(tmp_path.glob("var/tmp/neuron-compile-cache/*/*/*.lock"))
-
-
-@pytest.mark.e2e
-def test_a_compile_failed_on_demand_is_cached_as_failed_until_retried(instance, tmp_path):
-    failing = {**instance, "TRN1_DOUBLE_FAIL_COMPILE": "#1"}
-    r = run_double(COMPILE_ONE, failing)
-    assert r.returncode != 0 and "failed on demand" in r.stderr
-    again = run_double(COMPILE_ONE, instance)  # the failure is cached: no compile
-    assert again.returncode != 0 and "Got a cached failed neff" in again.stderr
-    retry = run_double(COMPILE_ONE, {**instance, "NEURON_CC_FLAGS": "--retry_failed_compilation"})
-    assert retry.returncode == 0 and retry.stdout.strip() == "15.0", retry.stderr
-    assert [e["event"] for e in journal(tmp_path) if e["event"] != "reserved"] == [
-        "compiling", "failed", "cached-failure", "compiling", "compiled"]
-
-
-@pytest.mark.e2e
-def test_a_compile_killed_midway_leaves_its_hlo_and_lock(instance, tmp_path):
-    r = run_double(COMPILE_ONE, {**instance, "TRN1_DOUBLE_KILL_COMPILE": "*"})
-    assert r.returncode == -9
-    entry, = tmp_path.glob("var/tmp/neuron-compile-cache/neuronxcc-*/MODULE_*")
-    assert sorted(p.name for p in entry.iterdir()) == [
-        "compile_flags.json", "model.hlo_module.pb", "model.hlo_module.pb.lock"]
-
-
-@pytest.mark.e2e
 def test_a_graph_asked_for_with_debug_metadata_is_read_from_a_cache_warmed_without_it(instance, tmp_path):
     """The Explorer page: "Previously-cached NEFFs don't have this metadata"; notebook 06's
     capture (helpers.inside.neuron_explorer.capture_env) therefore compiles into a new cache."""

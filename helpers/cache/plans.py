@@ -16,7 +16,8 @@ from helpers.cache.entry import Entry
 from helpers.cache.location import CompileCacheError, installed_compiler_version, same_compiler_version
 from helpers.cache.scan import LOCK_STALE_AFTER_S, CacheScan
 from helpers.cache.units import SizeTotals, human_bytes, iso_time, reason_dicts, report
-from helpers.launch.procfs import PROC_DIR, process_cmdline
+from helpers.launch.procfs import PROC_DIR, process_cmdline, process_environ
+from mnist_mlp.common.platform_paths import PLATFORM_ROOT_ENV
 
 # Processes that compile into the cache: while one runs, no lock is called stale.
 COMPILER_PROCESS_NAMES = ("neuronx-cc", "neuron_parallel_compile", "neuron_cc_wrapper",
@@ -37,14 +38,21 @@ def check_amount(value, what: str, *, positive: bool = False) -> float:
 
 
 def compiler_processes(proc: Path = PROC_DIR) -> list[tuple[int, str]]:
-    """(pid, command line) of running processes that compile into the cache (this host only)."""
+    """(pid, command line) of running processes that compile into the cache (this host only).
+    One whose WORKBOOK_PLATFORM_ROOT differs from ours runs on another platform, so another
+    machine (mnist_mlp/common/platform_paths.py), and does not count; one whose environment
+    cannot be read counts (it may be compiling here). Where nobody sets it, all count."""
     found = []
     me = os.getpid()
+    here = os.environ.get(PLATFORM_ROOT_ENV)
     for d in proc.iterdir() if proc.is_dir() else ():
         if not d.name.isdigit() or int(d.name) == me:
             continue
         argv = process_cmdline(d)
-        if argv and any(os.path.basename(a) in COMPILER_PROCESS_NAMES for a in argv[:2]):
+        if not argv or not any(os.path.basename(a) in COMPILER_PROCESS_NAMES for a in argv[:2]):
+            continue
+        environ = process_environ(d)
+        if environ is None or environ.get(PLATFORM_ROOT_ENV) == here:
             found.append((int(d.name), " ".join(argv)))
     return found
 

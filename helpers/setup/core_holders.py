@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.launch.procfs import PROC_DIR, process_cmdline
+from helpers.launch.procfs import PROC_DIR, process_cmdline, process_environ
 from mnist_mlp.common.platform_paths import dev_dir
 
 NEURON_DEVICE = re.compile(r"neuron\d+")
@@ -174,15 +174,9 @@ def is_monitor(argv: list[str]) -> bool:
 
 def core_environment(proc_dir: Path) -> tuple[tuple[str, str], ...] | None:
     """CORE_VARIABLES from /proc/<pid>/environ (as the process started); None when unreadable."""
-    try:
-        raw = (proc_dir / "environ").read_bytes()
-    except OSError:
+    found = process_environ(proc_dir)
+    if found is None:
         return None
-    found = {}
-    for item in raw.split(b"\0"):
-        name, _, value = item.decode(errors="replace").partition("=")
-        if name in CORE_VARIABLES:
-            found[name] = value
     return tuple((name, found[name]) for name in CORE_VARIABLES if name in found)
 
 
