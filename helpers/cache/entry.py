@@ -19,8 +19,6 @@ from pathlib import Path, PurePosixPath
 
 from helpers.cache.units import iso_time
 from mnist_mlp.common.compile_cache import (  # noqa: F401  (the names this package reads them by)
-    FAILURE_MARKERS,
-    FAILURE_MAX_BYTES,
     MODULE_DIR,
     NEFF_HEADER,
     NEFF_HEADER_SIZE,
