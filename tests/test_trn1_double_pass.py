@@ -5,13 +5,11 @@ Every check() in the notebooks is judged against the Neuron values of helpers/ch
 notebook runs on. Nothing from this pass is compared with the committed outputs (they are the
 stand-in's) or shown as measured on Trainium.
 """
-import os
-
 import pytest
 
 from helpers.classroom.notebook_pass import workbook_notebooks
 from tests.paths import REPO_ROOT as REPO
-from tests.trn1_double import UNDECIDABLE_CHECKS, build_instance
+from tests.trn1_double import UNDECIDABLE_CHECKS, instance_env
 from tests.trn1_double.workbook_pass import run_workbook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("trn1-double")]
@@ -20,8 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("trn1-d
 @pytest.fixture(scope="module")
 def workbook_on_trn1(tmp_path_factory):
     work = tmp_path_factory.mktemp("trn1")
-    env = {**build_instance(work / "instance"), "CHECKPOINT_DIR": str(work / "checkpoints")}
-    env = {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}, **env}
+    env = instance_env(work / "instance", CHECKPOINT_DIR=str(work / "checkpoints"))
     results = run_workbook(workbook_notebooks(REPO), work / "instance", env)
     for r in results:  # shown with -s, and in the closing note
         print(f"trn1 double: {r.name}: {r.seconds:.0f} s, {len(r.compiled)} neuronx-cc runs "
@@ -55,13 +52,16 @@ def test_no_process_is_refused_a_core(workbook_on_trn1):
 def test_each_notebook_runs_the_compiler_as_often_as_its_introduction_says(workbook_on_trn1):
     """Every notebook whose introduction states a count, except where the double's count is not
     a trn1's: compiles by a process whose all-reduce the double ran outside the graph (the
-    journal's reduced-outside-graph) are undecided, never matched by construction."""
+    journal's reduced-outside-graph) are undecided, never matched by construction. Splitting a
+    step only adds graphs, so there the double's count still may not fall short of the stated."""
     stated = {n: r for n, r in workbook_on_trn1.items() if r.stated_compiles is not None}
     assert set(stated) == {"02", "03", "04", "05", "06", "07"}
     undecided = {n for n, r in stated.items() if r.split_compiles}
     assert undecided <= {"04", "06"}, undecided  # the notebooks that run torchrun
     assert {n: (r.stated_compiles, len(r.compiled)) for n, r in stated.items()
             if n not in undecided and r.stated_compiles != len(r.compiled)} == {}
+    assert {n: (r.stated_compiles, len(r.compiled)) for n, r in stated.items()
+            if n in undecided and r.stated_compiles > len(r.compiled)} == {}
 
 
 def test_no_graph_asked_for_debug_metadata_is_read_from_a_cache_without_it(workbook_on_trn1):

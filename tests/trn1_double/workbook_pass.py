@@ -33,7 +33,7 @@ class NotebookOnDouble:
     error: str | None = None  # the failing cell's error, as the learner would read it
     compiled: list[str] = field(default_factory=list)  # cache keys compiled while it ran, each time
     compiled_by: dict[str, int] = field(default_factory=dict)  # compiles by program (+debug, +split)
-    cached: list[str] = field(default_factory=list)  # cache keys read from the cache
+    cached: list[str] = field(default_factory=list)  # cache keys read from the cache (every hit)
     refused: int = 0  # processes refused NeuronCores while it ran
     undecided: list[str] = field(default_factory=list)  # "? <label> ...": checks the double cannot decide
     split_compiles: int = 0  # compiles by processes that all-reduced outside the graph (no trn1 count)
@@ -113,10 +113,10 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
                     result.split_compiles += event["pid"] in split
                     by = event["argv0"] + " +debug" * bool(event.get("debug")) + " +split" * (event["pid"] in split)
                     result.compiled_by[by] = result.compiled_by.get(by, 0) + 1
-                elif event["event"] == "cached" and event.get("neff_has_metadata") is False:
-                    result.cached_without_metadata.append(event["key"])
                 elif event["event"] == "cached":
                     result.cached.append(event["key"])
+                    if event.get("neff_has_metadata") is False:
+                        result.cached_without_metadata.append(event["key"])
                 elif event["event"] == "refused":
                     result.refused += 1
             results.append(result)
