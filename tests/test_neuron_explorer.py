@@ -34,7 +34,7 @@ def test_command_lines(monkeypatch):
     assert env_capture[-4:] == ["python", "mnist_mlp/train.py", "--steps-this-run", "12"]
     wrapper = lines["capture a run (CLI wrapper)"]
     assert wrapper[:4] == ["XLA_IR_DEBUG=1", "XLA_HLO_DEBUG=1",
-                           "NEURON_CC_FLAGS=--cache_dir=prof dir/compile-cache", "neuron-explorer"]
+                           "NEURON_CC_FLAGS='--cache_dir=prof dir/compile-cache'", "neuron-explorer"]
     assert wrapper[4:7] == ["inspect", "-o", "prof dir"]
     assert wrapper[-4:] == env_capture[-4:]
     assert lines["summary in the terminal"] == ["neuron-explorer", "view", "-d", "prof dir",

@@ -40,7 +40,7 @@ def capture_env(output_dir, cc_flags: str | None = None) -> dict[str, str]:
     flags = os.environ.get("NEURON_CC_FLAGS", "") if cc_flags is None else cc_flags
     cache = f"--cache_dir={Path(output_dir) / CAPTURE_CACHE}"
     return {"NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_OUTPUT_DIR": str(output_dir),
-            **COMPILE_DEBUG_ENV, "NEURON_CC_FLAGS": " ".join([*_without_cache_dir(flags), cache])}
+            **COMPILE_DEBUG_ENV, "NEURON_CC_FLAGS": shlex.join([*_without_cache_dir(flags), cache])}
 
 
 def _without_cache_dir(flags: str) -> list[str]:
