@@ -431,3 +431,20 @@ def test_the_plot_has_two_panels_and_at_most_five_legend_entries():
     assert "AWS tutorial: one NeuronCore, the model's fit point" in labels
     # the width panel's first point is the tutorial's 120/84, not 120/120
     assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["120/84", "256"]
+
+
+def test_a_thread_probe_the_sweep_times_already_is_stepped_once(monkeypatch):
+    """07's sweep holds the probe's point: its many-thread timing is the sweep's own."""
+    from helpers.inside.payoff import THREAD_PROBE, cpu_sweep
+
+    made = []
+
+    def step(batch, widths):
+        made.append((batch, tuple(widths)))
+        return lambda: None
+
+    monkeypatch.setattr("torch.get_num_threads", lambda: 2)
+    points = [(32, THREAD_PROBE[1]), THREAD_PROBE]
+    timed = cpu_sweep(points, rounds=3, step=step)
+    assert len(made) == len(points) + 1, made  # the points, and the probe on one thread
+    assert set(timed) == {(b, tuple(w)) for b, w in points}

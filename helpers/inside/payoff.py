@@ -96,11 +96,15 @@ def cpu_sweep(points, rounds: int = 5, warmup: int = 1, step=cpu_training_step,
     waited for cores other work held, and every point says so (Timing.busy_note)."""
     steps = {(batch, tuple(widths)): step(batch, tuple(widths)) for batch, widths in points}
     threads = torch.get_num_threads()
+    probe_key = (probe[0], tuple(probe[1])) if probe else None
     if probe and threads > 1:
-        steps["threads"], steps["one thread"] = step(*probe), _on_one_thread(step(*probe))
+        if probe_key not in steps:  # a point the sweep times already is not timed twice
+            steps["threads"] = step(*probe)
+        steps["one thread"] = _on_one_thread(step(*probe))
     timed = time_interleaved(steps, rounds=rounds, warmup=warmup, cpu_clock=cpu_clock, **timing)
-    many, one = timed.pop("threads", None), timed.pop("one thread", None)
-    if many and many.q1_s > one.q3_s * MAX_THREAD_SLOWDOWN:
+    many = timed.pop("threads", None) or timed.get(probe_key)
+    one = timed.pop("one thread", None)
+    if many and one and many.q1_s > one.q3_s * MAX_THREAD_SLOWDOWN:
         note = (f"at batch {probe[0]} a step on {threads} threads took {many.median_s / one.median_s:.3g} "
                 f"times as long as on one (its threads waited for cores other work held)")
         timed = {key: replace(t, busy_note=note) for key, t in timed.items()}
@@ -109,7 +113,7 @@ def cpu_sweep(points, rounds: int = 5, warmup: int = 1, step=cpu_training_step,
 
 def cpu_step_s(batch: int, widths=TUTORIAL_WIDTHS, rounds: int = 5) -> float:
     """Seconds per CPU training step (the median, outliers rejected) at one point."""
-    return cpu_sweep([(batch, widths)], rounds=rounds)[(batch, tuple(widths))].median_s
+    return cpu_sweep([(batch, widths)], rounds=rounds, probe=None)[(batch, tuple(widths))].median_s
 
 
 def device_step_s(device, batch: int, widths=TUTORIAL_WIDTHS, rounds: int = 5,
