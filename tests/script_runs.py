@@ -129,3 +129,24 @@ class ScriptRuns:
         output = proc.stdout + proc.stderr
         assert proc.returncode == 0, f"{name}: {' '.join(argv)} failed:\n{output[-4000:]}"
         (built / "command.json").write_text(json.dumps({"argv": argv, "output": output}))
+
+
+def assert_trained_as(directory: Path, one: ScriptRun, stage: str = "torchrun_w2") -> dict:
+    """The run that wrote `directory` trained the model `one` trained: the same world size,
+    steps and gradient reduce, the same loss and accuracy, every weight equal to 1e-6 (two
+    processes that reduced over a network, not one host's loopback, may differ in the last
+    bits). Returns its results."""
+    import pytest
+
+    two = json.loads((directory / f"results_{stage}.json").read_text())
+    two_state = torch.load(directory / f"checkpoint_{stage}.pt")["state_dict"]
+    first, first_state = one.results(stage), one.state_dict(stage)
+    for key in ("world_size", "steps", "gradient_reduce"):
+        assert two[key] == first[key], key
+    assert two["final_loss"] == pytest.approx(first["final_loss"], abs=1e-5)
+    assert two["test_accuracy"] == pytest.approx(first["test_accuracy"], abs=1e-3)
+    assert set(two_state) == set(first_state)
+    for name, tensor in first_state.items():
+        assert two_state[name].allclose(tensor, atol=1e-6), name
+    return two
+

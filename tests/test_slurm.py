@@ -19,9 +19,8 @@ import pytest
 from helpers.launch.slurm import failure_report, node_plan
 from tests.neuron_trees import TRN1_2XLARGE, TRN1_32XLARGE, neuron_host
 from tests.paths import REPO_ROOT
-from tests.script_runs import TRIAL_STEPS, script_environment
+from tests.script_runs import TRIAL_STEPS, assert_trained_as, script_environment
 from tests.slurm_cluster import NODES, ClusterUnavailable, NotRoot, local_cluster, processes_of
-from tests.test_two_nodes import results
 
 SCRIPT = "deploy/slurm/train_torchrun.sbatch"
 JOB_TIMEOUT_S = 240  # a hang would show here; the jobs take 5-50 s on the shared 2-core machine
@@ -87,16 +86,8 @@ def test_a_two_node_job_trains_the_model_two_workers_on_one_node_train(cluster, 
                                             "results_torchrun_w2.json"]
     assert_nothing_left(cluster, job_id)
 
-    (two, two_state) = results(tmp_path)
-    (one, one_state) = results(script_runs["torchrun x2 trial"].directory)
-    assert two["world_size"] == one["world_size"] == 2
-    assert two["steps"] == one["steps"] == TRIAL_STEPS
-    assert two["gradient_reduce"] == one["gradient_reduce"] == "gloo"
-    assert two["final_loss"] == pytest.approx(one["final_loss"], abs=1e-5)
-    assert two["test_accuracy"] == pytest.approx(one["test_accuracy"], abs=1e-3)
-    assert set(two_state) == set(one_state)
-    for name, tensor in one_state.items():
-        assert two_state[name].equal(tensor) or two_state[name].allclose(tensor, atol=1e-6), name
+    two = assert_trained_as(tmp_path, script_runs["torchrun x2 trial"])
+    assert (two["world_size"], two["steps"], two["gradient_reduce"]) == (2, TRIAL_STEPS, "gloo")
 
 
 def workers_of(cluster, job_id, node):

@@ -2,17 +2,15 @@
 train_torchrun.py, one worker per node, against two workers on one node (the session's
 "torchrun x2 trial" run, tests/script_runs.py); and a node whose partner never comes stops in
 bounded time, naming the missing node."""
-import json
 import time
 
 import pytest
-import torch
 
 from helpers.launch.nodes import missing_node_message, run_nodes, side_by_side
 from helpers.launch.processes import CommandFailed
 from helpers.launch.torchrun import torchrun_argv
 from tests.paths import REPO_ROOT
-from tests.script_runs import TRIAL_STEPS
+from tests.script_runs import TRIAL_STEPS, assert_trained_as
 
 SCRIPT = "mnist_mlp/train_torchrun.py"
 # The steps of the one-node run it is compared with ("torchrun x2 trial"): five all-reduced
@@ -27,12 +25,6 @@ NODE0_ALONE_BOUND_S = RDZV_TIMEOUT + 45
 NODE1_ALONE_BOUND_S = 2 * RDZV_TIMEOUT + 65
 # Node 1's head start when it is started first: long enough for several refused connections.
 HEAD_START_S = 5
-
-
-def results(directory):
-    record = json.loads((directory / "results_torchrun_w2.json").read_text())
-    state = torch.load(directory / "checkpoint_torchrun_w2.pt", weights_only=False)["state_dict"]
-    return record, state
 
 
 @pytest.mark.e2e  # two torchrun launches, and the session's two-worker run
@@ -53,15 +45,8 @@ def test_two_nodes_train_the_same_model_as_two_workers_on_one_node(tmp_path, scr
     assert shown[0].startswith("node 0") and "│ node 1" in shown[0]
     assert any(line.startswith(" " * 10) and "[rank1]" in line for line in shown), "node 1 right"
 
-    one_node = script_runs["torchrun x2 trial"].directory  # STEPS too (and --tensorboard)
-    (two, two_state), (one, one_state) = results(tmp_path / "two-nodes"), results(one_node)
-    assert two["world_size"] == one["world_size"] == 2
-    assert two["steps"] == one["steps"] == TRIAL_STEPS
-    assert two["gradient_reduce"] == one["gradient_reduce"]
-    assert two["final_loss"] == pytest.approx(one["final_loss"], abs=1e-5)
-    assert two["test_accuracy"] == pytest.approx(one["test_accuracy"], abs=1e-3)
-    for name, tensor in one_state.items():
-        assert torch.allclose(two_state[name], tensor, atol=1e-6), name
+    two = assert_trained_as(tmp_path / "two-nodes", script_runs["torchrun x2 trial"])  # STEPS too
+    assert (two["world_size"], two["steps"]) == (2, TRIAL_STEPS)
 
 
 @pytest.mark.e2e
