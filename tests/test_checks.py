@@ -11,14 +11,14 @@ def test_a_check_that_holds_prints_one_line(capsys):
     check("loss", 0.31, "between", (0.2, 0.4))
     check("the reloaded model predicts the same", True)
     assert capsys.readouterr().out.splitlines() == [
-        "✓ test accuracy 0.9305 ≥ 0.92", "✓ steps 7,500 = 7,500", "✓ graphs compiled 1 in {1, 2}",
+        "✓ test accuracy 0.93 ≥ 0.92", "✓ steps 7,500 = 7,500", "✓ graphs compiled 1 in {1, 2}",
         "✓ loss 0.31 in [0.2, 0.4]", "✓ the reloaded model predicts the same"]
 
 
 def test_a_check_that_fails_raises_an_assertion_with_the_hint(capsys):
     with pytest.raises(CheckFailed, match=r"^✗ test accuracy 0.81 < 0.92\. train longer$"):
         check("test accuracy", 0.81, ">=", 0.92, hint="train longer")
-    with pytest.raises(AssertionError, match="✗ loss 0.5 outside"):
+    with pytest.raises(AssertionError, match="✗ loss 0.50 outside"):
         check("loss", 0.5, "between", (0.2, 0.4))
     with pytest.raises(AssertionError, match="✗ same predictions: it does not hold"):
         check("same predictions", False)
@@ -46,7 +46,7 @@ def test_between_includes_both_ends_and_the_comparisons_their_bound(capsys):
     check("seconds", 30, "<=", 30)
     check("graphs", 2, "!=", 1)
     assert capsys.readouterr().out.splitlines() == [
-        "✓ loss 0.2 in [0.2, 0.4]", "✓ loss 0.4 in [0.2, 0.4]", "✓ accuracy 0.92 ≥ 0.92",
+        "✓ loss 0.20 in [0.2, 0.4]", "✓ loss 0.40 in [0.2, 0.4]", "✓ accuracy 0.92 ≥ 0.92",
         "✓ seconds 30 ≤ 30", "✓ graphs 2 ≠ 1"]
     refused = [("loss", 0.19, "between", (0.2, 0.4), "✗ loss 0.19 outside [0.2, 0.4]"),
                ("loss", 0.41, "between", (0.2, 0.4), "✗ loss 0.41 outside [0.2, 0.4]"),
@@ -114,7 +114,48 @@ def test_a_check_the_platform_double_cannot_decide_is_reported_and_the_notebook_
     check(label, 0.3, "<=", 0.01)
     check(label, False)
     assert capsys.readouterr().out.splitlines() == [
-        f"? {label} 0.3 > 0.01: undecided here (no such hardware)",
+        f"? {label} 0.30 > 0.01: undecided here (no such hardware)",
         f"? {label}: does not hold, undecided here (no such hardware)"]
     with pytest.raises(CheckFailed):
         check("any other check", 0.3, "<=", 0.01)
+
+
+def test_a_measured_float_prints_coarser_than_a_cpu_kind_moves_it(capsys):
+    """A CPU with AVX-512 kernels and one with AVX2 ones, or another thread count, read a test
+    accuracy 0.9306 and 0.9305, a loss 0.2421 and 0.2422, a BF16 accuracy gap 0.0035 and 0.0032:
+    each pair prints the same line. The comparison still uses the full value."""
+    pairs = [("test accuracy", (0.9305, 0.9306), ">=", 0.92),
+             ("mean of the last 10 losses read", (0.2421, 0.2422), "<", 2.31734 / 3),
+             ("larger test-accuracy gap", (0.0032, 0.0035), "<=", 0.01),
+             ("largest difference", (0.0, 5.96e-08), "<", 1e-05)]
+    for label, values, op, bound in pairs:
+        for value in values:
+            check(label, value, op, bound)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["✓ test accuracy 0.93 ≥ 0.92"] * 2 + ["✓ mean of the last 10 losses read 0.24 < 0.77"] * 2 + [
+        "✓ larger test-accuracy gap 0.00 ≤ 0.01"] * 2 + ["✓ largest difference 0 < 1e-05"] * 2
+    with pytest.raises(CheckFailed, match=r"^✗ test accuracy 0.92 < 0.92$"):
+        check("test accuracy", 0.9199, ">=", 0.92)  # shown rounded, decided on the full value
+
+
+def test_a_bound_as_written_sets_a_finer_resolution_a_computed_bound_none():
+    from helpers.checks import written_decimals
+
+    assert [written_decimals(b) for b in (0.92, 0.01, 1e-06, 0.0001, 0.795, 30, 2.0, 0.7724333)] == [
+        2, 2, 6, 4, 3, 0, 0, None]
+    assert [written_decimals(b) for b in (True, "0.9", float("nan"))] == [None, None, None]
+
+
+def test_show_measured_rounds_to_places_and_four_significant_digits():
+    from helpers.checks import show_measured
+
+    assert [show_measured(v, d) for v, d in ((0.7996, 3), (-0.001, 2), (1234.567, 2), (3e-7, 6),
+                                             (2e-6, 6), (0.0, 3), (float("inf"), 2))] == [
+        "0.800", "0.00", "1,235", "0", "2e-06", "0.000", "inf"]
+
+
+def test_equality_and_membership_show_the_value_whole(capsys):
+    check("mean weight, round to nearest", 1.0, "==", 1.0)
+    check("share", 0.25, "in", {0.25, 0.5})
+    assert capsys.readouterr().out.splitlines() == ["✓ mean weight, round to nearest 1 = 1",
+                                                    "✓ share 0.25 in {0.25, 0.5}"]

@@ -12,6 +12,14 @@ A notebook cell ends with `check("test accuracy", results.test_accuracy, ">=", 0
 an `assert`: it prints `✓ test accuracy 0.9305 ≥ 0.92` and raises `CheckFailed` (an
 AssertionError, so nbval and Run All stop on it) with `✗ …` and the hint when it does not hold.
 Expected values come from helpers/checks/expected.py, never a literal measured on one backend.
+
+A measured float is printed to the hundredth, or to its bound's last decimal place where the bound
+is finer (`✓ test accuracy 0.93 ≥ 0.92`, `✓ replicas' difference 0 ≤ 1e-06`): the comparison uses
+the full value, but the kind of CPU (AVX-512 kernels or AVX2 ones) and PyTorch's thread count move
+a test accuracy or a loss in its fourth decimal (0.9306 against 0.9305), and a committed output
+must read the same on every x86-64 CPU. A bound computed from a measurement (more than four
+significant digits, e.g. the first loss / 3) is printed the same way; a bound as written stays as
+written.
 """
 from __future__ import annotations
 
@@ -54,6 +62,55 @@ def show(value) -> str:
     return str(value)
 
 
+# Measured floats in a check print to this resolution (or their bound's, when finer): coarser than
+# what a CPU kind or a thread count changes (a test accuracy's or a loss's fourth decimal).
+RESOLUTION_DECIMALS = 2
+# Comparisons whose value is a measurement shown at that resolution; == and != show it whole.
+_MEASURED_OPERATORS = {">=", ">", "<=", "<", "between"}
+
+
+def written_decimals(bound) -> int | None:
+    """The decimal places a bound is written with (0.92: 2, 1e-06: 6, 30: 0), or None for a
+    float with more than four significant digits, which was computed from a measurement."""
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound):
+        return None
+    if isinstance(bound, int):
+        return 0
+    mantissa, _, exponent = repr(bound).partition("e")
+    if len(mantissa.lstrip("-").replace(".", "").strip("0")) > 4:
+        return None
+    return max(0, len(mantissa.partition(".")[2].rstrip("0")) - int(exponent or 0))
+
+
+def show_measured(value: float, decimals: int) -> str:
+    """A measured float rounded to `decimals` places (never to more than four significant
+    digits): fixed places to the thousandth (0.00, 0.93), finer ones as show() prints them."""
+    if not math.isfinite(value):
+        return show(value)
+    if value:
+        decimals = min(decimals, max(0, 3 - math.floor(math.log10(abs(value)))))
+    rounded = round(value, decimals) + 0.0  # + 0.0: no "-0.00"
+    if decimals > 3:
+        return show(rounded)
+    return f"{rounded:,.{decimals}f}" if abs(rounded) >= 1000 else f"{rounded:.{decimals}f}"
+
+
+def _shown_pair(value, expected, op) -> tuple[str, str]:
+    """The value and the bound as a check prints them (see the module docstring)."""
+    bounds = expected if op == "between" else (expected,)
+    if op not in _MEASURED_OPERATORS or isinstance(value, bool) or not isinstance(value, float):
+        return show(value), _show_bounds(bounds, op, None)
+    written = [written_decimals(b) for b in bounds]
+    decimals = max([RESOLUTION_DECIMALS, *(d for d in written if d is not None)])
+    return show_measured(value, decimals), _show_bounds(bounds, op, decimals)
+
+
+def _show_bounds(bounds, op, decimals) -> str:
+    shown = [show_measured(b, decimals) if decimals is not None and isinstance(b, float)
+             and written_decimals(b) is None else show(b) for b in bounds]
+    return f"[{shown[0]}, {shown[1]}]" if op == "between" else shown[0]
+
+
 def check(label: str, value=True, op: str | None = None, expected=None, *,
           hint: str = "", unit: str = "") -> None:
     """Print `✓ <label> <value> <op> <expected>` when it holds; raise CheckFailed when not.
@@ -79,16 +136,16 @@ def check(label: str, value=True, op: str | None = None, expected=None, *,
     if op == "between":
         low, high = expected
         holds = low <= value <= high
-        shown = f"{show(value)}{unit} in [{show(low)}, {show(high)}]{unit}"
-        failed = f"{show(value)}{unit} outside [{show(low)}, {show(high)}]{unit}"
+        yes, no = "in", "outside"
     elif op in _OPERATORS:
         compare, yes, no = _OPERATORS[op]
         holds = bool(compare(value, expected))
-        shown = f"{show(value)}{unit} {yes} {show(expected)}{unit}"
-        failed = f"{show(value)}{unit} {no} {show(expected)}{unit}"
     else:
         raise ValueError(f"check({label!r}): unknown operator {op!r}; use one of "
                          f"{', '.join(_OPERATORS)} or 'between'")
+    value_text, bound_text = _shown_pair(value, expected, op)
+    shown = f"{value_text}{unit} {yes} {bound_text}{unit}"
+    failed = f"{value_text}{unit} {no} {bound_text}{unit}"
     if undecided:
         print(f"? {label} {shown if holds else failed}: undecided here ({undecided})")
         return
