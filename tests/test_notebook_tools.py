@@ -1,4 +1,5 @@
 """Tests of the notebooks' display helpers: diffs, stages, plots, xla_metrics."""
+import difflib
 import json
 import re
 import textwrap
@@ -98,6 +99,29 @@ def test_diff_of_removed_lines():
         ("gap", None, ""), ("removed", 2, "b"), ("gap", None, "")]
     with pytest.raises(ValueError, match="context"):
         diffs.script_diff_lines("a", "b", context=-1)
+
+
+def test_diff_shows_only_the_hunks_asked_for_and_counts_the_changes_it_leaves_out(tmp_path):
+    common = [f"line {i}" for i in range(10)]
+    a = ["import os"] + common + ["lr = 0.01"] + common + ["print('old')"]
+    b = ["import os", "import torch_xla"] + common + ["lr = 0.02"] + common + ["print('new')"]
+    rows = diffs.script_diff_lines(a, b, context=1, only_hunks_with=("lr",))
+    assert [r.kind for r in rows] == ["gap", "same", "changed", "same", "gap"]
+    assert (rows[0].hidden, rows[0].hidden_changes) == (10, 1)  # the import: one added line
+    assert (rows[-1].hidden, rows[-1].hidden_changes) == (10, 1)
+    (tmp_path / "a.py").write_text("\n".join(a) + "\n")
+    (tmp_path / "b.py").write_text("\n".join(b) + "\n")
+    shown = diffs.show_script_diff(tmp_path / "a.py", tmp_path / "b.py", context=1, only_hunks_with=("lr",))
+    assert "1 changed line not shown" in shown._repr_html_()
+    assert "3 lines differ, 1 of them shown." in shown._repr_html_()
+    assert repr(shown).splitlines() == ["--- a.py", "+++ b.py", "@@ -11,3 +12,3 @@", " line 9",
+                                        "-lr = 0.01", "+lr = 0.02", " line 0"]
+    # Every hunk kept: the same text as difflib's own unified diff.
+    everything = diffs.unified_diff_text("\n".join(a) + "\n", "\n".join(b) + "\n", "a", "b",
+                                         context=1, only_hunks_with=("",))
+    assert everything == "".join(difflib.unified_diff([x + "\n" for x in a], [x + "\n" for x in b], "a", "b", n=1))
+    with pytest.raises(ValueError, match="no hunk changes a line containing"):
+        diffs.script_diff_lines(a, b, only_hunks_with=("optimizer",))
 
 
 def test_show_script_diff_renders_markers_that_survive_without_css(tmp_path):
