@@ -84,10 +84,10 @@ lab: data $(LAB_OVERRIDES)
 	    --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
 test: data browser scanner slurm
-	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 --budget-units=150 $(PYTEST_ARGS) tests
 
 test-quick: data scanner
-	$(PY) -m pytest -m "not e2e" -n 2 -q --durations=5 $(PYTEST_ARGS) tests
+	$(PY) -m pytest -m "not e2e" -n 2 -q --durations=5 --budget-units=25 $(PYTEST_ARGS) tests
 
 # ruff over the code, the tests and the notebooks (tests/test_lint.py runs it in both suites).
 lint: venv

@@ -99,6 +99,18 @@ def session_order(item) -> tuple[int, int]:
     return (1 if item.get_closest_marker("e2e") else 2), 0
 
 
+def pytest_addoption(parser):
+    parser.addoption("--budget-units", type=float, default=None,
+                     help="print the session's wall time in units of one fresh `python -c "
+                          "\"import torch_xla\"` and this budget beside it (tests/time_units.py)")
+
+
+def pytest_sessionstart(session):
+    import time
+
+    session.config._workbook_started = time.monotonic()
+
+
 def pytest_configure(config):
     # A SIGTERM (timeout, a cancelled CI job) ends the session like Ctrl+C: fixture teardown still
     # stops JupyterLab, its kernels and Chromium instead of leaving them running.
@@ -160,6 +172,24 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"  {n:4d}  {why}")
     if _notebook_outcomes["notebook_output"]:
         slowest_notebook_cells(terminalreporter)
+    time_in_units(terminalreporter)
+
+
+def time_in_units(terminalreporter) -> None:
+    """make test and make test-quick (--budget-units): the session's wall time, in minutes and in
+    units of one fresh torch_xla import measured now, beside the budget. In the controller only
+    (an xdist worker has workerinput); the wall time is read before the imports are timed."""
+    import time
+
+    from tests.time_units import budget_line, import_seconds
+
+    config = terminalreporter.config
+    budget = config.getoption("--budget-units")
+    if budget is None or hasattr(config, "workerinput"):
+        return
+    wall = time.monotonic() - config._workbook_started
+    terminalreporter.write_sep("-", "time in units (tests/time_units.py)")
+    terminalreporter.write_line(budget_line(wall, import_seconds(), budget))
 
 
 def slowest_notebook_cells(terminalreporter, count: int = 12) -> None:
