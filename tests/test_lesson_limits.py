@@ -92,3 +92,36 @@ def test_the_code_a_learner_reads_is_the_lesson(path):
             f"with none left it leaves NOT_YET_REWRITTEN:\n" + "\n".join(found))
         return
     assert not found, "\n".join(found)
+
+
+PICTURE_LINK = re.compile(r"!\[([^\]]*)\]\((images/[^)\s]+)\)")
+GENERIC_FONTS = ("sans-serif", "serif", "monospace")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_picture_a_notebook_shows_is_committed_with_alt_text(path):
+    """A markdown image link renders in JupyterLab, on GitHub and in the committed notebook alike
+    only if the file is in the repository (no cell attachments); its alt text is what a reader
+    without the picture gets."""
+    links = [m.groups() for c in read(path).cells if c.cell_type == "markdown"
+             for m in PICTURE_LINK.finditer(c.source)]
+    for alt, target in links:
+        assert (path.parent / target).is_file(), f"{path.name} shows {target}, which is not there"
+        assert len(WORDS.findall(alt)) >= 3, f"{path.name}: {target} needs alt text, not {alt!r}"
+
+
+@pytest.mark.parametrize("svg", sorted((REPO_ROOT / "notebooks" / "images").glob("*.svg")),
+                         ids=lambda p: p.name)
+def test_a_picture_is_accessible_and_renders_anywhere(svg):
+    """A title and a description for screen readers, a viewBox so it scales, and every font
+    family ending in a generic one: a browser showing an <img> loads no web fonts."""
+    from xml.etree import ElementTree
+
+    root = ElementTree.parse(svg).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    assert root.tag == f"{ns}svg" and root.get("viewBox"), f"{svg.name}: an <svg> with a viewBox"
+    assert (root.findtext(f"{ns}title") or "").strip(), f"{svg.name} has no <title>"
+    assert (root.findtext(f"{ns}desc") or "").strip(), f"{svg.name} has no <desc>"
+    families = {e.get("font-family") for e in root.iter() if e.get("font-family")}
+    assert families and all(f.rsplit(",", 1)[-1].strip() in GENERIC_FONTS for f in families), (
+        f"{svg.name}: font families {sorted(families)} must end in one of {GENERIC_FONTS}")
