@@ -184,9 +184,9 @@ def test_inside_a_run_checks(tmp_path, monkeypatch):
 
 
 def test_where_the_core_wins_check():
-    from helpers.inside.payoff import core_wins_from_batch, model_terms
+    from helpers.inside.payoff import core_wins_from_batch, peak_flops
 
-    widths, peak = (1024, 1024), model_terms()["peak_flops"]
+    widths, peak = (1024, 1024), peak_flops()
     truth = core_wins_from_batch(0.003, widths, 5e10, peak)  # about 16: the core wins at 32
     assert ex.check_core_wins_from(None, 0.003, widths, 5e10).verdict == ex.NOT_YET
     for junk in JUNK:

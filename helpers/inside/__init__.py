@@ -3,7 +3,7 @@
 Modules: lazy_metrics (torch_xla's compile and execute counters), step_time (where each step's
 time goes), tensorboard (TensorBoard in JupyterLab), utilization (live utilization while a run
 trains), neuron_explorer (Neuron Explorer's commands), payoff (notebook 07's CPU-against-
-NeuronCore measurements), core_model (its model of a NeuronCore step from cited figures),
+NeuronCore measurements), core_model (the cited figures its model of a NeuronCore step uses),
 crossover (where the two cross, placed only where the measurements allow), robust_timing (step
 times as medians with their spread, outliers rejected).
 
@@ -18,5 +18,5 @@ __getattr__, __all__ = lazy_exports(__name__, {
     'tensorboard': ['scratch_directory', 'TensorBoard', 'step_names'],
     'utilization': ['UtilizationMonitor'],
     'step_time': ['StepTimeRecorder', 'plot_step_breakdown'],
-    'payoff': ['TUTORIAL_WIDTHS', 'chip_rows', 'cpu_rows', 'cpu_step_s', 'cpu_sweep', 'crossover_range', 'crossover_sensitivity', 'describe_crossover', 'describe_held_out', 'describe_loader', 'describe_measured', 'describe_sensitivity', 'describe_terms', 'device_step_s', 'figure_rows', 'loader_per_image_s', 'matmul_flops', 'model_terms', 'plot_payoff', 'sweep', 'two_worker_prediction'],
+    'payoff': ['TUTORIAL_WIDTHS', 'allreduce_s', 'cpu_rows', 'cpu_step_s', 'cpu_sweep', 'device_sweep', 'find_crossover', 'figure_rows', 'loader_per_image_s', 'matmul_flops', 'peak_flops', 'plot_payoff', 'published_throughputs'],
 })

@@ -1,6 +1,6 @@
 """Notebook 07, when a NeuronCore wins: the MLP's step time on the host CPU (measured), on the XLA
-device (measured, a few points), against one NeuronCore's modelled range (core_model.py), and
-where they cross (crossover.py).
+device (measured, a few points), the cited figures for one NeuronCore's model (core_model.py; the
+model itself is the notebook's cells) and where a model crosses the CPU (crossover.py).
 
 Both measured lines time a step on data already in memory (no data loader), as the model's band
 leaves the loader out, and wait for each step before the next (no overlap, unlike the
@@ -12,41 +12,24 @@ The loader is timed on its own, per image.
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from dataclasses import replace
 
 import torch
 
 from helpers.inside.core_model import (  # noqa: F401  (notebook 07 and the tests import them here)
-    CHIP_TFLOPS,
     CLASSES,
-    CORES_PER_CHIP,
     INPUT,
     TUTORIAL_WIDTHS,
-    NeuronCoreModel,
-    chip_rows,
-    describe_held_out,
-    describe_terms,
+    allreduce_s,
     figure_rows,
-    layer_sizes,
     matmul_flops,
-    model_from_tutorial,
-    model_terms,
     parameter_count,
+    peak_flops,
     published_throughputs,
-    two_worker_prediction,
+    tutorial_fixed_s,
 )
-from helpers.inside.crossover import (  # noqa: F401
-    crossing,
-    crossover_range,
-    crossover_sensitivity,
-    describe_crossover,
-    describe_loader,
-    describe_sensitivity,
-    placed_crossing,
-    sweep_line,
-)
+from helpers.inside.crossover import Crossing, find_crossover, sweep_line  # noqa: F401
 from helpers.inside.robust_timing import Timing, time_interleaved
 from helpers.show.cost import TUTORIAL_BATCH
 from mnist_mlp.model import MLP
@@ -139,9 +122,9 @@ def device_step_s(device, batch: int, widths=TUTORIAL_WIDTHS, rounds: int = 5,
                             wait=xm.wait_device_ops)["step"].median_s
 
 
-def sweep(measure, points) -> dict:
-    """{(batch, widths): seconds per step} for each (batch, widths) in points."""
-    return {(batch, tuple(widths)): measure(batch, widths) for batch, widths in points}
+def device_sweep(device, points) -> dict:
+    """{(batch, widths): seconds per step on the XLA device} for each (batch, widths) in points."""
+    return {(batch, tuple(widths)): device_step_s(device, batch, widths) for batch, widths in points}
 
 
 def loader_per_image_s(kind: str = "torchvision", batches=(32, 256), rounds: int = 5,
@@ -160,58 +143,22 @@ def loader_per_image_s(kind: str = "torchvision", batches=(32, 256), rounds: int
             for b, t in timed.items()}
 
 
-def cpu_rows(cpu: dict, terms: dict) -> list[list]:
-    """Rows (batch, widths, median ms, spread, share of the time on a CPU, steps kept/rejected,
-    the band) for notebook 07's table of the CPU's points; a point not to be used is marked."""
-    low, high = terms["low"], terms["high"]
+def cpu_rows(cpu: dict) -> list[list]:
+    """Rows (batch, widths, median ms, spread, share of the time on a CPU, steps kept/rejected)
+    for notebook 07's table of the CPU's points, in the order of cpu; a point not to be used is
+    marked."""
     return [[b, f"{w[0]}/{w[1]}", f"{t.median_s * 1e3:.2f}", f"{t.spread:.0%}",
              "" if t.cpu_share is None else f"{t.cpu_share:.0%}",
-             f"{t.kept}/{t.rejected}" + ("" if t.reliable else " (busy)"),
-             f"{low.step_s(b, w) * 1e3:.2f} to {high.step_s(b, w) * 1e3:.2f}"]
+             f"{t.kept}/{t.rejected}" + ("" if t.reliable else " (busy)")]
             for (b, w), t in cpu.items()]
 
 
-def device_line(device: dict, widths=TUTORIAL_WIDTHS) -> NeuronCoreModel:
-    """The measured device as a line: fixed seconds plus FLOPs at one rate, through its smallest-
-    and largest-batch points at `widths` (a rate of inf when the larger step was no slower)."""
-    points = sorted((b, s) for (b, w), s in device.items() if w == tuple(widths))
-    if len(points) < 2:
-        raise ValueError(f"a line needs device points at two batch sizes with widths {widths}")
-    (b0, t0), (b1, t1) = points[0], points[-1]
-    extra = matmul_flops(b1, widths) - matmul_flops(b0, widths)
-    rate = extra / (t1 - t0) if t1 > t0 else math.inf
-    return NeuronCoreModel(t0 - matmul_flops(b0, widths) / rate, rate)
-
-
-def describe_measured(cpu: dict, device: dict, terms: dict, device_name: str,
-                      widths=TUTORIAL_WIDTHS) -> str:
-    """Lines on the device's own points, which the model was not fitted to: each against the band;
-    the line through two of them, what it predicts for the others, and where it crosses the CPU
-    along the batch sweep (on a trn1, the measured crossover for a loop without overlap)."""
-    line = device_line(device, widths)
-    lines = [f"{device_name}, measured, each step waited for:"]
-    for (b, w), seconds in device.items():
-        lines.append(f"  batch {b}, widths {w[0]}/{w[1]}: {seconds * 1e3:.2f} ms (the band: "
-                     f"{terms['low'].step_s(b, w) * 1e3:.2f} to {terms['high'].step_s(b, w) * 1e3:.2f})"
-                     + ("" if w == tuple(widths) else
-                        f"; the line below predicts {line.step_s(b, w) * 1e3:.2f}"))
-    rate = "no slower" if math.isinf(line.peak_flops) else f"{line.peak_flops / 1e12:.3g} TFLOP/s"
-    lines.append(f"as a line through its {widths[0]}/{widths[1]} points: {line.fixed_s * 1e3:.2f} ms a "
-                 f"step plus FLOPs at {rate} (the model: {terms['peak_flops'] / 1e12:.2f} TFLOP/s)")
-    found = placed_crossing(cpu, line, widths=widths)
-    where = ("nowhere measured" if found["at"] is None else "from the smallest batch measured"
-             if found["at"] == 0 else f"from about batch {found['at']:,.0f}")
-    verdict = (f"{device_name} overtakes this CPU {where}" if not found["faults"] else
-               "no crossover placed: the CPU's line was drawn by a busy machine (above)"
-               if found["busy"] else f"no crossover placed: {found['faults'][0]}")
-    return "\n".join(lines + [f"by batch, measured: {verdict}"])
-
-
-def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_for_widths: int):
+def plot_payoff(cpu: dict, device: dict, device_label: str, core_step_s, band, batch_for_widths: int):
     """Two panels, one legend (5 entries): ms per step against batch size (the tutorial's
     widths), and against hidden width (at batch_for_widths; a tick names both widths where they
     differ); the CPU's medians with their IQR (a point not to be used hollow, in red); the model
-    as a band (its range), the tutorial's two batch-32 logs as markers."""
+    core_step_s(flops, fixed_cost) as a band from band[0] to band[1], the tutorial's two batch-32
+    logs as markers."""
     import matplotlib.pyplot as plt
 
     published = published_throughputs()
@@ -230,8 +177,8 @@ def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_f
         unreliable = [(x, m) for x, m, (_, _, t) in zip(xs, ms, line) if not t.reliable]
         ax.plot([u[0] for u in unreliable], [u[1] for u in unreliable], "o", color="white",
                 markeredgecolor="tab:red", zorder=3)  # not to be used (robust_timing): hollow, red
-        ax.fill_between(xs, [1e3 * terms["low"].step_s(*k) for _, k, _ in line],
-                        [1e3 * terms["high"].step_s(*k) for _, k, _ in line], color="tab:orange",
+        ax.fill_between(xs, *([1e3 * core_step_s(matmul_flops(*k), fixed) for _, k, _ in line]
+                              for fixed in band), color="tab:orange",
                         alpha=0.35, label="one NeuronCore, modelled (range: loader's share unknown)")
         dev = sorted((b if ax is by_batch else w[0], s) for (b, w), s in device.items() if keep(b, w))
         ax.plot([d[0] for d in dev], [1e3 * d[1] for d in dev], "s", color="tab:green",
@@ -253,9 +200,9 @@ def plot_payoff(cpu: dict, device: dict, terms: dict, device_label: str, batch_f
     return fig
 
 
-def core_wins_from_batch(fixed_s: float, widths, cpu_flops: float, peak_flops: float):
-    """The batch at which a NeuronCore's step (fixed_s + FLOPs at peak_flops) equals a CPU's that
+def core_wins_from_batch(fixed_s: float, widths, cpu_flops: float, core_flops: float):
+    """The batch at which a NeuronCore's step (fixed_s + FLOPs at core_flops) equals a CPU's that
     does the same FLOPs at cpu_flops; None when the CPU is the faster at arithmetic."""
     per_image = matmul_flops(1, widths)
-    saved = per_image / cpu_flops - per_image / peak_flops
+    saved = per_image / cpu_flops - per_image / core_flops
     return fixed_s / saved if saved > 0 else None

@@ -4,7 +4,7 @@ import sys
 from torch import nn
 
 from helpers.checks import check_core_wins_from, check_step_flops
-from helpers.inside import cpu_step_s, matmul_flops, model_terms
+from helpers.inside import cpu_step_s, matmul_flops, peak_flops
 from mnist_mlp.model import MLP
 
 # Exercise 1: per nn.Linear, forward in·out multiply-adds per image (2 FLOPs each); backward the
@@ -18,7 +18,7 @@ feedback = [check_step_flops(step_flops, batch, widths)]
 # Exercise 2: one image's FLOPs F (exercise 1's count at batch 1); the CPU's step is b·F/cpu_flops,
 # the core's fixed_s + b·F/peak; they meet at b = fixed_s / (F/cpu_flops - F/peak).
 cpu_flops = matmul_flops(512, (4096, 4096)) / cpu_step_s(512, (4096, 4096))  # as the notebook's sweep
-fixed_s, widths, peak = 0.003, (1024, 1024), model_terms("fp32")["peak_flops"]
+fixed_s, widths, peak = 0.003, (1024, 1024), peak_flops("fp32")
 layers = [m for m in MLP(layers=widths).modules() if isinstance(m, nn.Linear)]
 per_image = sum(2 * m.in_features * m.out_features * (2 if i == 0 else 3) for i, m in enumerate(layers))
 core_wins_from = fixed_s / (per_image / cpu_flops - per_image / peak)

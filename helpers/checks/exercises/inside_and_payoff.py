@@ -51,18 +51,19 @@ def check_logged_scalars(logdir, tag: str, values: list[float]) -> Feedback:
 
 def check_step_flops(predicted, batch: int, widths: tuple[int, ...]) -> Feedback:
     """07, exercise 1: the FLOPs of one training step's matrix products for MLP(layers=widths)."""
-    from helpers.inside.core_model import matmul_flops, model_terms
+    from helpers.inside.core_model import matmul_flops, peak_flops, published_throughputs, tutorial_fixed_s
 
     name = "Exercise 07.1 (count a step's FLOPs)"
-    exact, terms = matmul_flops(batch, widths), model_terms("fp32")
+    exact, fixed = matmul_flops(batch, widths), tutorial_fixed_s("fp32")
+    low = fixed - 1 / published_throughputs()["cpu"]
     hint = ("for each nn.Linear (in_features, out_features): forward 2·batch·in·out; backward the "
             "weight gradient (the same) and the input gradient (the same again, except for the "
             "first layer, whose input is the images).")
     return judge_exact(
         name, predicted, exact, hint, variable="step_flops",
         right=(f"{exact / 1e9:.2f} GFLOP per step: at a NeuronCore's FP32 peak about "
-               f"{exact / terms['peak_flops'] * 1e6:.0f} µs, still small beside the fixed cost of "
-               f"{terms['low'].fixed_s * 1e3:.1f} to {terms['fixed_s'] * 1e3:.1f} ms."),
+               f"{exact / peak_flops('fp32') * 1e6:.0f} µs, still small beside the fixed cost of "
+               f"{low * 1e3:.1f} to {fixed * 1e3:.1f} ms."),
         wrong=lambda guess: (f"{guess:,.0f} is within 20 %, not exact." if abs(guess - exact) < 0.2 * exact
                              else f"you said {predicted}."))
 
@@ -70,11 +71,11 @@ def check_step_flops(predicted, batch: int, widths: tuple[int, ...]) -> Feedback
 def check_core_wins_from(predicted, fixed_s: float, widths: tuple[int, ...], cpu_flops: float) -> Feedback:
     """07, exercise 2: the batch from which one NeuronCore (fixed_s plus FLOPs at its FP32 peak)
     beats a CPU that does the same FLOPs at cpu_flops, for MLP(layers=widths); within 2 %."""
-    from helpers.inside.core_model import matmul_flops, model_from_tutorial
+    from helpers.inside.core_model import matmul_flops, peak_flops
     from helpers.inside.payoff import core_wins_from_batch
 
     name = "Exercise 07.2 (where does the core win?)"
-    peak = model_from_tutorial("fp32").peak_flops
+    peak = peak_flops("fp32")
     truth = core_wins_from_batch(fixed_s, widths, cpu_flops, peak)
     per_image = matmul_flops(1, widths)
     hint = (f"one image is {per_image:,} FLOPs; at batch b the CPU takes b·{per_image:,}/cpu_flops "
