@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -26,6 +27,7 @@ COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "scan
 # NoInAddrAny a slurmd binds the address its host's name resolves to, whatever NodeAddr says.
 NODES = {"n0": "127.0.0.1", "n1": "127.0.0.1"}
 START_TIMEOUT_S = 30
+SLURMD_TIMEOUT_S = 6
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
@@ -66,6 +68,9 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 KillWait=5
+# A node that stops answering is marked DOWN after this many seconds (the controller pings every
+# third of it), and its jobs end NODE_FAIL: short, so that the lost-node test ends soon.
+SlurmdTimeout={slurmd_timeout}
 InactiveLimit=0
 MinJobAge=300
 # A job whose launch fails ends FAILED, not requeued.
@@ -106,6 +111,7 @@ class LocalCluster:
         self.conf = root / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self.daemons: list[subprocess.Popen] = []
+        self.slurmd: dict[str, subprocess.Popen] = {}
         self.nodes = list(NODES)
 
     # -- start and stop -------------------------------------------------------------------
@@ -138,11 +144,69 @@ class LocalCluster:
         self.conf.write_text(SLURM_CONF.format(
             host=socket.gethostname().split(".")[0], ctld_port=free_port(),
             slurmd_port=free_port(), root=self.root, first_job_id=random.randrange(1000, 19000),
-            nodes=nodes, node_names=",".join(NODES)))
+            nodes=nodes, node_names=",".join(NODES), slurmd_timeout=SLURMD_TIMEOUT_S))
         self._start(["slurmctld", "-D", "-f", str(self.conf)], "slurmctld.out")
         for name in NODES:
-            self._start(["slurmd", "-D", "-N", name, "-f", str(self.conf)], f"slurmd-{name}.out")
+            self.start_node(name)
         self._wait_for(self._nodes_idle, "both nodes idle", "slurmctld.out")
+
+    def start_node(self, name: str) -> None:
+        self.slurmd[name] = self._start(["slurmd", "-D", "-N", name, "-f", str(self.conf)],
+                                        f"slurmd-{name}.out")
+
+    def node_processes(self, name: str) -> list[psutil.Process]:
+        """What node `name` runs, as a lost instance would lose it: its slurmd, its slurmstepd
+        processes (those keeping the node's own log open) and every process under them."""
+        log = str(self.root / f"slurmd-{name}.log")
+        tops = [psutil.Process(self.slurmd[name].pid)]
+        for proc in self.processes():
+            try:
+                if proc.name() == "slurmstepd" and any(f.path == log for f in proc.open_files()):
+                    tops.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        found = {}
+        for top in tops:
+            try:
+                for proc in (top, *top.children(recursive=True)):
+                    found[proc.pid] = proc
+            except psutil.NoSuchProcess:
+                continue
+        return list(found.values())
+
+    def lose_node(self, name: str) -> dict[int, str]:
+        """Node `name` stops at once, as a lost instance: every process of node_processes is
+        frozen (SIGSTOP, so none sees another go), then killed. Returns their pids and names."""
+        doomed = self.node_processes(name)
+        names = {}
+        for proc in doomed:
+            try:
+                names[proc.pid] = proc.name()
+            except psutil.NoSuchProcess:
+                pass
+        for signum in (signal.SIGSTOP, signal.SIGKILL):
+            for proc in doomed:
+                try:
+                    proc.send_signal(signum)
+                except psutil.NoSuchProcess:
+                    pass
+        psutil.wait_procs(doomed, timeout=10)
+        self.slurmd[name].wait(timeout=10)
+        self.daemons.remove(self.slurmd.pop(name))  # lost, not a daemon that failed to start
+        return names
+
+    def node(self, name: str) -> dict[str, str]:
+        """`scontrol show node` as fields: State, Reason, ..."""
+        out = self.run(["scontrol", "-o", "show", "node", name]).stdout
+        fields = dict(field.split("=", 1) for field in out.split() if "=" in field)
+        reason = re.search(r"Reason=(.*?)(?: \w+=|$)", out)  # a reason holds spaces
+        return {**fields, "Reason": reason.group(1) if reason else ""}
+
+    def restore_node(self, name: str) -> None:
+        """Start a lost node's slurmd again: with ReturnToService=2 it is idle once it has
+        registered."""
+        self.start_node(name)
+        self._wait_for(self._nodes_idle, f"{name} back and idle", f"slurmd-{name}.out")
 
     def _nodes_idle(self) -> bool:
         out = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False).stdout.split()

@@ -3,7 +3,8 @@ controller and two slurmd nodes on this machine (tests/slurm_cluster.py). The jo
 the CPU stand-in across the two nodes, one worker each, and gives the model two workers on one
 node give, weight for weight (as tests/test_two_nodes.py checks nodes started by hand). A job
 whose node dies, or whose rendezvous times out, ends FAILED in Slurm's own words, with the
-workbook's sentence naming the node, and leaves nothing running. Where Slurm cannot be
+workbook's sentence naming the node, and leaves nothing running; a job that loses a node
+(its slurmd and everything under it) ends NODE_FAIL, Slurm naming that node. Where Slurm cannot be
 installed or started the e2e tests are skipped saying why (under CI=true they fail, but for
 a runner that is not root, as GitHub's hosted one: slurmd must run as root)."""
 import os
@@ -111,6 +112,38 @@ def test_a_job_whose_node_dies_fails_naming_that_node(cluster, tmp_path, mnist_r
     assert "error: Node 1 (n1) stopped first: its torchrun was stopped (Killed)" in out
     assert not (tmp_path / "results_torchrun_w2.json").exists()
     assert_nothing_left(cluster, job_id)
+
+
+@pytest.mark.e2e
+def test_a_job_that_loses_a_node_ends_node_fail_naming_it(cluster, tmp_path, mnist_root):
+    """Node 1 is lost while the job trains, as an instance is lost: its slurmd, its slurmstepd
+    and the job's tasks on it stop at once (killing slurmd alone would leave the others
+    running). The controller marks it down (SlurmdTimeout in the test's slurm.conf), the job
+    ends NODE_FAIL, Slurm names the node, and nothing of the job is left on node 0. Node 1 then
+    comes back, for the tests after this one."""
+    job_id = submit(cluster, tmp_path, ["--epochs", "1"])
+    wait_for(lambda: workers_of(cluster, job_id, 1) and workers_of(cluster, job_id, 0),
+             "worker on both nodes", interval=0.2)
+    tasks = {p.pid for p in cluster.job_processes(job_id, 1)}  # torchrun, its worker
+    try:
+        lost = cluster.lose_node("n1")
+        assert {"slurmd", "slurmstepd"} <= set(lost.values()) and tasks <= set(lost), lost
+        job = cluster.wait(job_id, JOB_TIMEOUT_S)
+        out = cluster.output(job_id)
+        assert (job["JobState"], job["Reason"]) == ("NODE_FAIL", "NodeDown"), out
+        assert job["NodeList"] == "n[0-1]" and job["BatchHost"] == "n0"
+        node = cluster.node("n1")
+        assert node["State"].startswith("DOWN") and node["Reason"].startswith("Not responding"), node
+        assert "srun: error: Node failure on n1" in out
+        assert f"JOB {job_id} ON n0 CANCELLED AT" in out and "DUE TO NODE FAILURE" in out
+        assert not (tmp_path / "results_torchrun_w2.json").exists()
+        assert_nothing_left(cluster, job_id)
+        # Node 0 keeps its slurmd alone: no slurmstepd, no task of ours.
+        wait_for(lambda: [p.name() for p in cluster.node_processes("n0")] == ["slurmd"],
+                 "node 0 back to its slurmd alone", timeout=15, interval=0.2)
+    finally:  # whatever failed above: no job left holding the nodes, node 1 back
+        cluster.run(["scancel", str(job_id)], check=False)
+        cluster.restore_node("n1")
 
 
 @pytest.mark.e2e
