@@ -9,7 +9,7 @@ Imports: mnist_mlp, helpers.cache and helpers.inside.
 One-line checks for the notebooks: print what holds, in words a learner reads, or raise.
 
 A notebook cell ends with `check("test accuracy", results.test_accuracy, ">=", 0.92)` instead of
-an `assert`: it prints `✓ test accuracy 0.9305 ≥ 0.92` and raises `CheckFailed` (an
+an `assert`: it prints `✓ test accuracy 0.93 ≥ 0.92` and raises `CheckFailed` (an
 AssertionError, so nbval and Run All stop on it) with `✗ …` and the hint when it does not hold.
 Expected values come from helpers/checks/expected.py, never a literal measured on one backend.
 
