@@ -1,6 +1,6 @@
 """deploy/workshop.yaml, without AWS: cfn-lint and checkov (each pinned) pass, checkov's skipped
 checks each with its reason, and the template holds what docs/workshop-stack.md promises: no
-inbound rule at all (so none from 0.0.0.0/0 or ::/0), the AMI from the DLAMI's public SSM parameter
+inbound rule to a lab and none from any address (so none from 0.0.0.0/0 or ::/0), the AMI from the DLAMI's public SSM parameter
 and no AMI id anywhere, the root volume of the size the setup guide asks for (read from
 docs/sources.md) deleted with the instance, no AWS managed policy on any role, shutdown stopping
 (never terminating) the instance, the repository pinned to a commit, and the user data embedded
@@ -57,7 +57,13 @@ def ingress_rules(template: dict) -> list[dict]:
 
 
 def test_no_port_is_open_to_anyone(template):
-    assert ingress_rules(template) == []
+    # The one inbound rule: https from the labs' own security group to the Systems Manager
+    # endpoints. None from an address range, none to a lab.
+    assert ingress_rules(template) == [{
+        "IpProtocol": "tcp", "FromPort": 443, "ToPort": 443,
+        "SourceSecurityGroupId": {"Ref": "LabSecurityGroup"},
+        "Description": "https from the labs' security group"}]
+    assert "SecurityGroupIngress" not in template["Resources"]["LabSecurityGroup"]["Properties"]
     # The check itself sees a rule open to the internet, inline or as a resource of its own.
     opened = copy.deepcopy(template)
     opened["Resources"]["LabSecurityGroup"]["Properties"]["SecurityGroupIngress"] = [
@@ -131,7 +137,7 @@ def test_the_user_data_is_deploy_user_data_sh_after_a_header_of_its_values(templ
     # The signal goes to the lab's own handle, the token to the parameter its role may write.
     assert "LAB_SIGNAL_URL='${Lab${Seat}Signal}'" in header
     assert "LAB_REPOSITORY_COMMIT='${RepositoryCommit}'" in header
-    assert "LAB_TOKEN_PARAMETER='/${AWS::StackName}/lab${Seat}/jupyter-token'" in header
+    assert "LAB_TOKEN_PARAMETER='${Lab${Seat}Token}'" in header  # the stack's own parameter
 
 
 def test_sync_puts_a_changed_script_in_place_and_nothing_else():
