@@ -72,7 +72,7 @@ def test_no_port_is_open_to_anyone(template):
         "GroupId": {"Ref": "LabSecurityGroup"}, "IpProtocol": "tcp", "FromPort": 22,
         "ToPort": 22, "CidrIpv6": "::/0"}}
     found = {rule.get("CidrIp") or rule.get("CidrIpv6") for rule in ingress_rules(opened)}
-    assert found == OPEN_TO_ALL
+    assert found == OPEN_TO_ALL | {None}
 
 
 def test_the_ami_comes_from_the_dlamis_public_ssm_parameter(template):
@@ -193,7 +193,7 @@ def test_the_instructor_pages_costs_follow_from_the_cited_rates(template):
 
 SCANNER = REPO_ROOT / "build" / "scanner-venv" / "bin" / "checkov"
 # The checks skipped in the template's Metadata, each with its reason beside it there.
-SKIPPED = {"CKV_AWS_46", "CKV_AWS_111"}
+SKIPPED = {"CKV_AWS_46", "CKV_AWS_111", "CKV_AWS_26"}
 
 
 def checkov(*targets: Path) -> dict[str, dict]:
@@ -243,4 +243,5 @@ def test_checkov_passes_the_template_and_an_expanded_class(tmp_path):
             assert check["check_id"] in SKIPPED and len(check["check_result"]["suppress_comment"]) > 40
     skipped = {(c["check_id"], c["resource"].split(".")[-1]) for c in results["skipped_checks"]}
     assert skipped == {(check, f"Lab{n:02d}{'Role' if check == 'CKV_AWS_111' else ''}")
-                       for check in SKIPPED for n in range(1, 3)}
+                       for check in ("CKV_AWS_46", "CKV_AWS_111") for n in range(1, 3)} | {
+        ("CKV_AWS_26", "DeniedCallsTopic")}
