@@ -189,6 +189,13 @@ def test_the_instructor_pages_costs_follow_from_the_cited_rates(template):
     assert f"${20 * 3 * hourly:.2f} for a 3-hour workshop" in page
     assert f"{size} × ${gp3:.2f} per GB-month = ${size * gp3:.2f} a month" in page
     assert f"about ${size * gp3 / 30:.2f} a day" in page and f"${20 * size * gp3 / 30:.0f} a day" in page
+    # The interface endpoints: one per service the template lists, per zone, per hour.
+    (_, services, _) = template["Resources"]["Fn::ForEach::Endpoints"]
+    endpoint_hour = 0.01  # the page's stated assumption for us-east-1
+    hourly_endpoints = len(services) * 2 * endpoint_hour
+    assert f"{len(services)} endpoints × 2 zones × ${endpoint_hour:.2f} = ${hourly_endpoints:.2f} an hour" in page
+    assert f"${hourly_endpoints * 24:.2f} a day" in page and f"${hourly_endpoints * 3:.2f} for the workshop" in page
+    assert f"${hourly_endpoints / 20:.3f} per learner-hour, so a learner-hour stays ${hourly:.2f}" in page
 
 
 SCANNER = REPO_ROOT / "build" / "scanner-venv" / "bin" / "checkov"
