@@ -174,3 +174,40 @@ class Stack:
 
     def of_type(self, resource_type: str) -> dict[str, dict]:
         return {k: v for k, v in self.resources.items() if v["Type"] == resource_type}
+
+
+def write_policies(template_path: str, out_dir: str) -> list[str]:
+    """Every IAM role's inline policies and trust policy of a class of two, expanded from the
+    template at `template_path` with fixed parameters and made-up ids, one JSON file each
+    (<logical id>.<policy name>.json, <logical id>.trust.json): what the pre-class checklist
+    hands to IAM Access Analyzer (docs/workshop-stack.md). Two templates expanded this way share
+    their ids, so check-no-new-access sees only what changed in the policies."""
+    import json
+    from pathlib import Path
+
+    from deploy.template import load
+
+    stack = Stack(load(Path(template_path)), {
+        "LearnerCount": "2", "InstructorArn": f"arn:aws:iam::{ACCOUNT}:user/instructor",
+        "InstructorEmail": "instructor@example.org", "RepositoryUrl": "https://example.org/workbook.git",
+        "RepositoryCommit": "0" * 40, "ClassroomCacheUrl": "s3://class-bucket/classroom-cache.tar.gz",
+        "VpcId": "vpc-0a", "SubnetIds": ["subnet-0a", "subnet-0b"], "RouteTableIds": ["rtb-0a1b2c3d"]})
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for logical_id, role in stack.of_type("AWS::IAM::Role").items():
+        documents = {"trust": role["Properties"]["AssumeRolePolicyDocument"]}
+        documents.update({p["PolicyName"]: p["PolicyDocument"] for p in role["Properties"].get("Policies", [])})
+        for name, document in documents.items():
+            path = out / f"{logical_id}.{name}.json"
+            path.write_text(json.dumps(document, indent=1) + "\n")
+            written.append(str(path))
+    return written
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m tests.cfn_expand TEMPLATE OUT_DIR (writes each role's policies as JSON)")
+    print("\n".join(write_policies(sys.argv[1], sys.argv[2])))

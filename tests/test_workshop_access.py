@@ -465,3 +465,20 @@ def test_the_evaluator_refuses_what_a_broader_policy_would_allow():
     # A role session has no aws:username: the variable makes the resource match nothing.
     assert not allows(own, Request("ssm:TerminateSession", session("01"), learner("01")))
     assert allows(own, Request("ssm:TerminateSession", session("01"), {"aws:username": session_name("01")}))
+
+
+def test_the_checklists_policy_files_are_the_expanded_policies(tmp_path):
+    """`python -m tests.cfn_expand TEMPLATE DIR`, which the pre-class checklist hands to IAM
+    Access Analyzer, writes each role's policies as the stack would create them."""
+    import json
+
+    from deploy.template import TEMPLATE
+    from tests.cfn_expand import write_policies
+
+    written = {p.rsplit("/", 1)[-1] for p in write_policies(str(TEMPLATE), str(tmp_path))}
+    assert written == {f"{role}{n}Role.{name}.json" for n in ("01", "02") for role, names in (
+        ("Lab", ("trust", "systems-manager-agent", "publish-own-token", "credentials-stay-in-the-labs-vpc",
+                 "read-classroom-cache")), ("Learner", ("trust", "own-lab-only"))) for name in names}
+    stack = expand(2, ClassroomCacheUrl=CACHE)
+    assert json.loads((tmp_path / "Learner02Role.own-lab-only.json").read_text()) == policies(
+        stack, "Learner02Role")[0]
