@@ -7,11 +7,13 @@
 #      (helpers/setup/venv_plan.py), then MNIST;
 #   3. the classroom compile cache imported, when an archive is given (s3:// or a local file);
 #   4. JupyterLab as the systemd service workshop-lab (`make lab` on 127.0.0.1 with a token of
-#      its own), and the idle-stop timer workshop-idle (python -m deploy.idle_stop, every minute);
-#   5. JupyterLab's page served with that token; the token published to SSM Parameter Store.
+#      its own, as the lab user), and the idle-stop timer workshop-idle (python -m
+#      deploy.idle_stop, every minute, as root: from a root-owned copy of this commit's code, run
+#      by the DLAMI venv's root-owned python, so nothing the learner can edit runs as root);
+#   5. JupyterLab's page served with that token; the token written to the stack's SSM parameter.
 # Environment (user_data.sh sets these): LAB_USER, LAB_DLAMI_VENV, LAB_IDLE_MINUTES,
 # LAB_CACHE_ARCHIVE (may be empty), LAB_TOKEN_PARAMETER (empty: not published), LAB_REGION.
-# Seams for tests: LAB_PORT, LAB_CONFIG_DIR, LAB_SYSTEMD_DIR, LAB_READY_SECONDS; `systemctl`,
+# Seams for tests: LAB_PORT, LAB_CONFIG_DIR, LAB_SYSTEMD_DIR, LAB_IDLE_DIR, LAB_READY_SECONDS; `systemctl`,
 # `aws` and `curl` are found on PATH.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,6 +22,7 @@ LAB_DLAMI_VENV=${LAB_DLAMI_VENV:-/opt/aws_neuronx_venv_pytorch_2_9}
 LAB_PORT=${LAB_PORT:-8888}
 LAB_CONFIG_DIR=${LAB_CONFIG_DIR:-/etc/workshop-lab}
 LAB_SYSTEMD_DIR=${LAB_SYSTEMD_DIR:-/etc/systemd/system}
+LAB_IDLE_DIR=${LAB_IDLE_DIR:-/opt/workshop-lab/idle-stop}
 LAB_READY_SECONDS=${LAB_READY_SECONDS:-180}
 LAB_CACHE_ARCHIVE=${LAB_CACHE_ARCHIVE:-}
 LAB_TOKEN_PARAMETER=${LAB_TOKEN_PARAMETER:-}
@@ -62,6 +65,13 @@ if [ ! -s "$env_file" ]; then  # a lab keeps its token across stops, starts and 
 fi
 token=$(sed -n 's/^JUPYTER_TOKEN=//p' "$env_file")
 make=$(command -v make)
+# The idle stop's code, copied from the commit (not the working tree) into a directory only root
+# may write; its interpreter is the DLAMI venv's (root-owned), with -E -s: no PYTHON* variable, no
+# user site. The learner's clone and .venv, which they may edit, are never on its path.
+rm -rf "$LAB_IDLE_DIR" && install -d -m 755 "$LAB_IDLE_DIR"
+as_lab_user git -C "$repo" archive --format=tar HEAD deploy helpers mnist_mlp | tar -x -C "$LAB_IDLE_DIR"
+if [ "$(id -u)" -eq 0 ]; then chown -R root:root "$LAB_IDLE_DIR"; fi
+chmod -R go-w "$LAB_IDLE_DIR"
 cat > "$LAB_SYSTEMD_DIR/workshop-lab.service" <<EOF
 [Unit]
 Description=JupyterLab of the Trainium workbook, on 127.0.0.1:$LAB_PORT (workshop lab)
@@ -86,9 +96,9 @@ Description=Stop this workshop lab after $LAB_IDLE_MINUTES idle minutes (python 
 
 [Service]
 Type=oneshot
-WorkingDirectory=$repo
+WorkingDirectory=$LAB_IDLE_DIR
 EnvironmentFile=$env_file
-ExecStart=$python -m deploy.idle_stop --port $LAB_PORT --idle-minutes $LAB_IDLE_MINUTES
+ExecStart=$LAB_DLAMI_VENV/bin/python -E -s -m deploy.idle_stop --port $LAB_PORT --idle-minutes $LAB_IDLE_MINUTES
 EOF
 cat > "$LAB_SYSTEMD_DIR/workshop-idle.timer" <<EOF
 [Unit]
@@ -109,9 +119,10 @@ for _ in $(seq "$LAB_READY_SECONDS"); do
     if curl -fs -o /dev/null --max-time 10 -H "Authorization: token $token" \
             "http://127.0.0.1:$LAB_PORT/lab"; then
         if [ -n "$LAB_TOKEN_PARAMETER" ]; then
+            # The stack made the parameter (a String: CloudFormation makes no SecureString).
             aws ssm put-parameter --region "$LAB_REGION" --name "$LAB_TOKEN_PARAMETER" \
-                --type SecureString --overwrite --value "$token" > /dev/null
-            step "token published to SSM parameter $LAB_TOKEN_PARAMETER"
+                --type String --overwrite --value "$token" > /dev/null
+            step "token written to SSM parameter $LAB_TOKEN_PARAMETER"
         fi
         step "JupyterLab answers on 127.0.0.1:$LAB_PORT"
         exit 0

@@ -66,7 +66,9 @@ as_lab_user() {
 }
 
 # The AWS CLI, installed only when missing (with the DLAMI venv's pip, into a directory of its
-# own: the DLAMI venv itself is never written to).
+# own: the DLAMI venv itself is never written to), at a pinned version: nothing the boot installs
+# as root floats.
+AWSCLI_REQUIREMENT="awscli==1.46.3"
 install_tool() {  # install_tool COMMAND PIP-REQUIREMENT
     command -v "$1" >/dev/null && return 0
     echo "workshop lab: installing $1 into $LAB_TOOLS"
@@ -79,7 +81,7 @@ install_tool() {  # install_tool COMMAND PIP-REQUIREMENT
 
 echo "workshop lab $LAB_RESOURCE of stack $LAB_STACK: $(date -u +%FT%TZ)"
 stage="installing the AWS CLI"
-install_tool aws awscli || exit 1
+install_tool aws "$AWSCLI_REQUIREMENT" || exit 1
 
 if [ ! -d "$LAB_REPO_DIR/.git" ]; then
     stage="cloning $LAB_REPOSITORY_URL at $LAB_REPOSITORY_COMMIT"
@@ -87,6 +89,15 @@ if [ ! -d "$LAB_REPO_DIR/.git" ]; then
     as_lab_user git clone --quiet --no-checkout "$LAB_REPOSITORY_URL" "$LAB_REPO_DIR" \
         && as_lab_user git -C "$LAB_REPO_DIR" checkout --quiet --detach "$LAB_REPOSITORY_COMMIT" \
         || { echo "workshop lab: cannot clone $LAB_REPOSITORY_URL at commit $LAB_REPOSITORY_COMMIT"; exit 1; }
+fi
+# bootstrap.sh runs as root from the clone: only as the commit itself, checked out and unchanged.
+# This is the first boot (user data runs once), before any learner can reach the lab.
+stage="checking the clone is $LAB_REPOSITORY_COMMIT, unchanged"
+head=$(as_lab_user git -C "$LAB_REPO_DIR" rev-parse HEAD) && changed=$(as_lab_user git -C "$LAB_REPO_DIR" status --porcelain) \
+    || { echo "workshop lab: cannot read the clone $LAB_REPO_DIR"; exit 1; }
+if [ "$head" != "$LAB_REPOSITORY_COMMIT" ] || [ -n "$changed" ]; then
+    echo "workshop lab: $LAB_REPO_DIR is not commit $LAB_REPOSITORY_COMMIT unchanged (HEAD $head; changes: ${changed:-none}): not running it as root"
+    exit 1
 fi
 stage="running deploy/bootstrap.sh"
 bash "$LAB_REPO_DIR/deploy/bootstrap.sh"

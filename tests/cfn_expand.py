@@ -3,8 +3,9 @@ Fn::ForEach written out over its collection (the AWS::LanguageExtensions transfo
 decided, and every intrinsic function the template uses resolved (Ref, Fn::GetAtt, Fn::Sub with its
 `${!literal}` escape, Fn::Join, Fn::Select, Fn::Split, Fn::FindInMap with DefaultValue, Fn::Length,
 Fn::If, Fn::Equals, Fn::Not, Fn::Base64 kept as text). A resource's Ref is a made-up physical id
-of the kind AWS returns (an instance id, a role name, a presigned URL), the same for the same
-logical id, so policies can be read as the ARNs a request would carry (tests/iam_policy.py).
+of the kind AWS returns (an instance id, a role name, a presigned URL, a topic's ARN), the same for
+the same logical id, or the name the template gives it (an SSM parameter's Name); a role's Arn
+carries its Path. So policies can be read as the ARNs a request would carry (tests/iam_policy.py).
 
 Functions it does not know raise: a template that starts using one fails the tests here instead
 of being read wrongly."""
@@ -89,13 +90,21 @@ class Stack:
         if name in self.parameters:
             return self.parameters[name]
         if name in self.raw_resources:
-            return physical_id(name, self.raw_resources[name]["Type"])
+            resource = self.raw_resources[name]
+            if resource["Type"] == "AWS::SSM::Parameter":
+                return self.resolve(resource["Properties"]["Name"])
+            if resource["Type"] == "AWS::SNS::Topic":
+                return f"arn:{PARTITION}:sns:{REGION}:{ACCOUNT}:{physical_id(name, resource['Type'])}"
+            return physical_id(name, resource["Type"])
         raise KeyError(f"Ref to an unknown name {name}")
 
     def get_att(self, logical_id: str, attribute: str):
         resource_type = self.raw_resources[logical_id]["Type"]
         if resource_type == "AWS::IAM::Role" and attribute == "Arn":
-            return f"arn:{PARTITION}:iam::{ACCOUNT}:role/{physical_id(logical_id, resource_type)}"
+            path = self.resolve(self.raw_resources[logical_id].get("Properties", {}).get("Path", "/"))
+            return f"arn:{PARTITION}:iam::{ACCOUNT}:role{path}{physical_id(logical_id, resource_type)}"
+        if resource_type == "AWS::Events::Rule" and attribute == "Arn":
+            return f"arn:{PARTITION}:events:{REGION}:{ACCOUNT}:rule/{physical_id(logical_id, resource_type)}"
         if resource_type == "AWS::EC2::LaunchTemplate" and attribute == "LatestVersionNumber":
             return "1"
         raise KeyError(f"Fn::GetAtt {logical_id}.{attribute} is not modelled")
@@ -165,3 +174,40 @@ class Stack:
 
     def of_type(self, resource_type: str) -> dict[str, dict]:
         return {k: v for k, v in self.resources.items() if v["Type"] == resource_type}
+
+
+def write_policies(template_path: str, out_dir: str) -> list[str]:
+    """Every IAM role's inline policies and trust policy of a class of two, expanded from the
+    template at `template_path` with fixed parameters and made-up ids, one JSON file each
+    (<logical id>.<policy name>.json, <logical id>.trust.json): what the pre-class checklist
+    hands to IAM Access Analyzer (docs/workshop-stack.md). Two templates expanded this way share
+    their ids, so check-no-new-access sees only what changed in the policies."""
+    import json
+    from pathlib import Path
+
+    from deploy.template import load
+
+    stack = Stack(load(Path(template_path)), {
+        "LearnerCount": "2", "InstructorArn": f"arn:aws:iam::{ACCOUNT}:user/instructor",
+        "InstructorEmail": "instructor@example.org", "RepositoryUrl": "https://example.org/workbook.git",
+        "RepositoryCommit": "0" * 40, "ClassroomCacheUrl": "s3://class-bucket/classroom-cache.tar.gz",
+        "VpcId": "vpc-0a", "SubnetIds": ["subnet-0a", "subnet-0b"], "RouteTableIds": ["rtb-0a1b2c3d"]})
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for logical_id, role in stack.of_type("AWS::IAM::Role").items():
+        documents = {"trust": role["Properties"]["AssumeRolePolicyDocument"]}
+        documents.update({p["PolicyName"]: p["PolicyDocument"] for p in role["Properties"].get("Policies", [])})
+        for name, document in documents.items():
+            path = out / f"{logical_id}.{name}.json"
+            path.write_text(json.dumps(document, indent=1) + "\n")
+            written.append(str(path))
+    return written
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m tests.cfn_expand TEMPLATE OUT_DIR (writes each role's policies as JSON)")
+    print("\n".join(write_policies(sys.argv[1], sys.argv[2])))

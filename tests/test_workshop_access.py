@@ -1,8 +1,15 @@
-"""Who may do what in a class, seat by seat: deploy/workshop.yaml expanded for the smallest and the
-largest class (tests/cfn_expand.py) and every learner role and lab role evaluated with AWS's
-documented policy logic (tests/iam_policy.py). Learner N reaches lab N only (sessions, token,
-start), only the instructor hands out seats, and lab N writes only its own token and reads none."""
+"""Who may do what in a class, seat by seat: deploy/workshop.yaml expanded for a class of one and
+of three (tests/cfn_expand.py) and every learner role and lab role evaluated with AWS's
+documented policy logic (tests/iam_policy.py, which refuses what it does not model). Learner N
+reaches lab N only (sessions, token, start), only the instructor hands out seats, lab N writes
+only its own token, reads none, and its credentials work only from the lab's VPC.
+
+The check_* functions raise AssertionError (or PolicyNotModelled) on a stack that breaks them;
+tests/test_workshop_stack_mutants.py runs them on templates with a path from one seat to another
+seeded in, and shows each one caught."""
 from __future__ import annotations
+
+import functools
 
 import pytest
 
@@ -11,7 +18,7 @@ from tests.cfn_expand import ACCOUNT, PARTITION, REGION, STACK, Stack
 from tests.iam_policy import Request, actions_granted, allows, decide
 
 INSTRUCTOR = f"arn:aws:iam::{ACCOUNT}:user/instructor"
-SUBNETS = ["subnet-0a", "subnet-0b", "subnet-0c"]
+VPC, SUBNETS, ROUTE_TABLES = "vpc-0a", ["subnet-0a", "subnet-0b", "subnet-0c"], ["rtb-0a1b2c3d"]
 CACHE = "s3://class-bucket/classroom-cache.tar.gz"
 AGENT_ACTIONS = {
     "ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
@@ -22,16 +29,35 @@ AGENT_ACTIONS = {
 LEARNER_ACTIONS = {"ssm:StartSession", "ssmmessages:OpenDataChannel", "ssm:TerminateSession",
                    "ssm:ResumeSession", "ssm:GetParameter", "ec2:StartInstances"}
 FORWARDING = f"arn:{PARTITION}:ssm:{REGION}::document/AWS-StartPortForwardingSession"
+# Stacks a learner's own class may share the account with: another class, and names that begin
+# with this stack's name (the old "<stack>-learnerNN-*" prefix matched the second).
+OTHER_STACKS = ("other-class", f"{STACK}-learner01-x", f"{STACK}-x")
+
+
+@functools.lru_cache(maxsize=1)
+def template() -> dict:
+    """The template as read once (each Stack works on its own copy)."""
+    return load()
 
 
 def expand(count: int, **parameters) -> Stack:
-    return Stack(load(), {"LearnerCount": str(count), "InstructorArn": INSTRUCTOR,
+    return Stack(template(), {"LearnerCount": str(count), "InstructorArn": INSTRUCTOR,
+                          "InstructorEmail": "instructor@example.org",
                           "RepositoryUrl": "https://example.org/workbook.git",
                           "RepositoryCommit": "0123456789abcdef0123456789abcdef01234567",
-                          "VpcId": "vpc-0a", "SubnetIds": SUBNETS, **parameters})
+                          "VpcId": VPC, "SubnetIds": SUBNETS, "RouteTableIds": ROUTE_TABLES,
+                          **parameters})
 
 
-@pytest.fixture(scope="module", params=[1, 40], ids=["smallest-class", "largest-class"])
+@functools.lru_cache(maxsize=1)
+def largest_class() -> Stack:
+    """A class of 40 with a cache archive, expanded once (several tests read it; none changes it)."""
+    return expand(40, ClassroomCacheUrl=CACHE)
+
+
+# Every seat against every lab in a class of 1 and of 3; the class of 40 is seat 01's policies with
+# the seat replaced, seat by seat (tests/test_workshop_stack_seats.py), so what holds for 3 holds.
+@pytest.fixture(scope="module", params=[1, 3], ids=["one-seat", "three-seats"])
 def stack(request) -> Stack:
     return expand(request.param, ClassroomCacheUrl=CACHE)
 
@@ -55,7 +81,7 @@ def policies(stack: Stack, role: str) -> list[dict]:
 
 
 def session_name(seat: str, stack_name: str = STACK) -> str:
-    return f"{stack_name}-learner{seat}"
+    return f"{stack_name}.learner{seat}"
 
 
 def learner(seat: str, stack_name: str = STACK) -> dict:
@@ -64,15 +90,23 @@ def learner(seat: str, stack_name: str = STACK) -> dict:
 
 
 def session(seat: str, stack_name: str = STACK) -> str:
-    # A Session Manager session id starts with the caller's name: the role session name here.
+    # A role session's Session Manager session id: its role session name, a dash, an id.
     return f"arn:aws:ssm:{REGION}:{ACCOUNT}:session/{session_name(seat, stack_name)}-0a1b2c3d4e5f6a7b8"
 
 
-def on_session(action: str, seat: str, stack: Stack, caller: dict, stack_name: str = STACK) -> Request:
-    """`action` on seat's session, with the tags Session Manager puts on it (the caller's
-    role-id:session-name and the target instance) as the request's resource tags."""
+def seat_tags(stack: Stack, seat: str, prefixes=("aws:ResourceTag", "ssm:resourceTag",
+                                                 "ec2:ResourceTag")) -> dict:
+    """The tags a lab's instance and token carry, as the request context's resource-tag keys."""
+    tags = {"workshop-seat": seat, "workshop-stack": STACK, "Name": f"{STACK}-lab{seat}"}
+    return {f"{prefix}/{k}": v for prefix in prefixes for k, v in tags.items()}
+
+
+def on_session(action: str, seat: str, stack: Stack, caller: dict, stack_name: str = STACK,
+               tagged: bool = True) -> Request:
+    """`action` on seat's session, with (or without) the tags Session Manager puts on it (the
+    caller's role-id:session-name and the target instance) as the request's resource tags."""
     tags = {"ssm:resourceTag/aws:ssmmessages:session-id": learner(seat, stack_name)["aws:userid"],
-            "ssm:resourceTag/aws:ssmmessages:target-id": stack.ref("Lab" + seat)}
+            "ssm:resourceTag/aws:ssmmessages:target-id": stack.ref("Lab" + seat)} if tagged else {}
     return Request(action, session(seat, stack_name=stack_name), {**caller, **tags})
 
 
@@ -89,36 +123,69 @@ def shell_without_a_document(policies_of_learner: list[dict], instance: str, cal
     return not checked or allows(policies_of_learner, Request("ssm:StartSession", shell, caller))
 
 
-def test_both_classes_have_their_seats():
-    assert seats(expand(1)) == ["01"]
-    assert seats(expand(40)) == [f"{n:02d}" for n in range(1, 41)]
+def lab_caller(stack: Stack, seat: str, source_vpc: str | None = VPC, via_service: bool = False) -> dict:
+    """The request context of lab `seat`'s role credentials (EC2 role credentials carry
+    ec2:SourceInstanceARN and aws:Ec2InstanceSourceVpc), called from `source_vpc`'s endpoints or,
+    with None, from anywhere else (aws:SourceVpc is present only through a VPC endpoint)."""
+    context = {"ec2:SourceInstanceARN": instance_arn(stack, seat), "aws:Ec2InstanceSourceVpc": VPC,
+               "aws:ViaAWSService": "true" if via_service else "false"}
+    if source_vpc is not None:
+        context["aws:SourceVpc"] = source_vpc
+    return context
 
 
-def test_learner_n_opens_lab_n_and_no_other(stack):
+# What a learner might try on another seat's lab, beyond the actions granted.
+ON_AN_INSTANCE = ("ssm:StartSession", "ec2:StartInstances", "ec2:StopInstances",
+                  "ec2:TerminateInstances", "ec2:RebootInstances", "ec2:ModifyInstanceAttribute",
+                  "ssm:SendCommand", "ec2:GetConsoleOutput")
+ON_A_TOKEN = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParameterHistory",
+              "ssm:PutParameter", "ssm:DeleteParameter", "ssm:LabelParameterVersion")
+ON_A_SESSION = ("ssm:TerminateSession", "ssm:ResumeSession", "ssmmessages:OpenDataChannel")
+UNNAMED = ("ssm:DescribeSessions", "ssm:DescribeParameters", "ec2:DescribeInstances",
+           "ssm:DescribeInstanceInformation")
+
+
+def parameter_paths(seat: str, stack_name: str = STACK) -> list[str]:
+    """GetParametersByPath's resources: the path's own ARN, down to the root."""
+    base = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter"
+    return [f"{base}/{stack_name}/lab{seat}", f"{base}/{stack_name}", f"{base}/"]
+
+
+def check_learners_reach_only_their_own_lab(stack: Stack) -> None:
     for seat in seats(stack):
         mine = policies(stack, f"Learner{seat}Role")
         assert actions_granted(mine) == LEARNER_ACTIONS
+        caller = learner(seat)
         for other in seats(stack):
-            start = Request("ssm:StartSession", instance_arn(stack, other), learner(seat))
-            assert allows(mine, start) == (seat == other), (seat, other)
-            for action in ("ec2:StartInstances", "ec2:StopInstances", "ec2:TerminateInstances",
-                           "ec2:RebootInstances", "ssm:SendCommand"):
-                request = Request(action, instance_arn(stack, other), learner(seat))
-                assert allows(mine, request) == (action == "ec2:StartInstances" and seat == other)
-            reading = Request("ssm:GetParameter", token(other), learner(seat))
-            assert allows(mine, reading) == (seat == other), (seat, other)
-            for action in ("ssm:PutParameter", "ssm:GetParameters", "ssm:DeleteParameter"):
-                assert not allows(mine, Request(action, token(other), learner(seat)))
-            for action in ("ssm:TerminateSession", "ssm:ResumeSession", "ssmmessages:OpenDataChannel"):
-                request = on_session(action, other, stack, learner(seat))
-                assert allows(mine, request) == (seat == other), (action, seat, other)
-        # The same seat of another class in the account: its sessions stay out of reach.
-        for action in ("ssm:TerminateSession", "ssm:ResumeSession", "ssmmessages:OpenDataChannel"):
-            request = on_session(action, seat, stack, learner(seat), stack_name="other-class")
-            assert not allows(mine, request), (action, seat)
+            own = seat == other
+            for tags in ({}, seat_tags(stack, other), seat_tags(stack, seat)):
+                context = {**caller, **tags}
+                for action in ON_AN_INSTANCE:
+                    request = Request(action, instance_arn(stack, other), context)
+                    expected = own and action in ("ssm:StartSession", "ec2:StartInstances")
+                    assert allows(mine, request) == expected, (action, seat, other, tags)
+                for action in ON_A_TOKEN:
+                    request = Request(action, token(other), context)
+                    assert allows(mine, request) == (own and action == "ssm:GetParameter"), (
+                        action, seat, other, tags)
+                for path in parameter_paths(other):
+                    assert not allows(mine, Request("ssm:GetParametersByPath", path, context)), path
+            for action in ON_A_SESSION:
+                assert allows(mine, on_session(action, other, stack, caller)) == own, (action, seat, other)
+                untagged = on_session(action, other, stack, caller, tagged=False)
+                assert not allows(mine, untagged) or (own and action == "ssmmessages:OpenDataChannel")
+        for action in UNNAMED:
+            assert not allows(mine, Request(action, "*", caller)), action
+        # The same seat of another class in the account, or of a stack whose name begins with
+        # this one's: its sessions and token stay out of reach.
+        for stack_name in OTHER_STACKS:
+            for action in ON_A_SESSION:
+                request = on_session(action, seat, stack, caller, stack_name=stack_name)
+                assert not allows(mine, request), (action, seat, stack_name)
+            assert not allows(mine, Request("ssm:GetParameter", token(seat, stack_name), caller))
 
 
-def test_learners_forward_ports_and_open_no_shell(stack):
+def check_learners_forward_ports_and_open_no_shell(stack: Stack) -> None:
     for seat in seats(stack):
         mine = policies(stack, f"Learner{seat}Role")
         assert allows(mine, Request("ssm:StartSession", FORWARDING, learner(seat)))
@@ -128,31 +195,83 @@ def test_learners_forward_ports_and_open_no_shell(stack):
             assert not allows(mine, Request("ssm:StartSession", arn, learner(seat))), document
         # Naming no document would open a shell: the document check refuses it.
         assert not shell_without_a_document(mine, instance_arn(stack, seat), learner(seat))
-        # The token of the same seat in another stack of the account stays out of reach.
-        assert not allows(mine, Request("ssm:GetParameter", token(seat, "other-class"), learner(seat)))
 
 
-def test_only_the_instructor_opens_a_seat_and_only_as_its_learner(stack):
+def check_only_the_instructor_opens_a_seat(stack: Stack) -> None:
     for seat in seats(stack):
         trust = [stack.resources[f"Learner{seat}Role"]["Properties"]["AssumeRolePolicyDocument"]]
         as_learner = {"sts:RoleSessionName": session_name(seat)}
         assert allows(trust, Request("sts:AssumeRole", "", as_learner, INSTRUCTOR), trust=True)
-        assert not allows(trust, Request("sts:AssumeRole", "", {"sts:RoleSessionName": f"learner{seat}"},
-                                         INSTRUCTOR), trust=True)
-        assert not allows(trust, Request("sts:AssumeRole", "", as_learner,
-                                         f"arn:aws:iam::{ACCOUNT}:user/someone"), trust=True)
+        for name in (f"learner{seat}", f"{STACK}-learner{seat}", session_name(seat, "other-class")):
+            assert not allows(trust, Request("sts:AssumeRole", "", {"sts:RoleSessionName": name},
+                                             INSTRUCTOR), trust=True), name
+        for someone in (f"arn:aws:iam::{ACCOUNT}:user/someone", f"arn:aws:iam::{ACCOUNT}:root",
+                        f"arn:aws:iam::{ACCOUNT}:role/{STACK}/Learner01Role",
+                        "arn:aws:iam::444455556666:user/instructor"):
+            assert not allows(trust, Request("sts:AssumeRole", "", as_learner, someone), trust=True)
 
 
-def test_lab_n_writes_its_own_token_and_reads_none(stack):
+def check_labs_write_only_their_own_token_from_their_vpc(stack: Stack) -> None:
     for seat in seats(stack):
         lab = policies(stack, f"Lab{seat}Role")
-        assert actions_granted(lab) == AGENT_ACTIONS | {"ssm:PutParameter", "s3:GetObject"}
+        assert actions_granted(lab) <= AGENT_ACTIONS | {"ssm:PutParameter", "s3:GetObject"}
+        at_home = lab_caller(stack, seat)
         for other in seats(stack):
-            assert allows(lab, Request("ssm:PutParameter", token(other))) == (seat == other)
-            for action in ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"):
-                assert not allows(lab, Request(action, token(other)))
-        assert allows(lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/classroom-cache.tar.gz"))
-        assert not allows(lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/other"))
+            for tags in ({}, seat_tags(stack, other)):
+                context = {**at_home, **tags}
+                assert allows(lab, Request("ssm:PutParameter", token(other), context)) == (seat == other)
+                for action in ON_A_TOKEN[:3] + ("ssm:DeleteParameter",):
+                    assert not allows(lab, Request(action, token(other), context)), action
+                for path in parameter_paths(other):
+                    assert not allows(lab, Request("ssm:GetParametersByPath", path, context))
+                for action in ON_AN_INSTANCE:
+                    assert not allows(lab, Request(action, instance_arn(stack, other), context)), action
+            for action in ON_A_SESSION[:2]:
+                assert not allows(lab, on_session(action, other, stack, at_home)), action
+        for action in UNNAMED:
+            assert not allows(lab, Request(action, "*", at_home)), action
+        # The agent's calls and the token work in the lab's VPC, and are refused anywhere else:
+        # off the lab (no aws:SourceVpc) or through another VPC's endpoints.
+        for action in sorted(AGENT_ACTIONS):
+            assert allows(lab, Request(action, "*", at_home)), action
+        for elsewhere in (lab_caller(stack, seat, None), lab_caller(stack, seat, "vpc-attacker")):
+            assert decide(lab, Request("ssm:PutParameter", token(seat), elsewhere)) == "ExplicitDeny"
+            for action in sorted(AGENT_ACTIONS):
+                assert decide(lab, Request(action, "*", elsewhere)) == "ExplicitDeny", action
+        # A service acting for the lab (SSM calling KMS for the parameter) is not refused here.
+        via = lab_caller(stack, seat, None, via_service=True)
+        assert decide(lab, Request("kms:Decrypt", "*", via)) == "ImplicitDeny"
+
+
+ALL_CHECKS = (check_learners_reach_only_their_own_lab, check_learners_forward_ports_and_open_no_shell,
+              check_only_the_instructor_opens_a_seat, check_labs_write_only_their_own_token_from_their_vpc)
+
+
+def test_both_classes_have_their_seats():
+    assert seats(expand(1)) == ["01"]
+    assert seats(largest_class()) == [f"{n:02d}" for n in range(1, 41)]
+
+
+def test_learner_n_reaches_lab_n_and_no_other(stack):
+    check_learners_reach_only_their_own_lab(stack)
+
+
+def test_learners_forward_ports_and_open_no_shell(stack):
+    check_learners_forward_ports_and_open_no_shell(stack)
+
+
+def test_only_the_instructor_opens_a_seat_and_only_as_its_learner(stack):
+    check_only_the_instructor_opens_a_seat(stack)
+
+
+def test_lab_n_writes_its_own_token_reads_none_and_only_from_its_vpc(stack):
+    check_labs_write_only_their_own_token_from_their_vpc(stack)
+    for seat in seats(stack):
+        lab = policies(stack, f"Lab{seat}Role")
+        assert allows(lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/classroom-cache.tar.gz",
+                                   lab_caller(stack, seat)))
+        assert not allows(lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/other",
+                                       lab_caller(stack, seat)))
         trust = stack.resources[f"Lab{seat}Role"]["Properties"]["AssumeRolePolicyDocument"]
         assert trust["Statement"] == [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
                                        "Action": "sts:AssumeRole"}]
@@ -166,20 +285,119 @@ def test_without_an_archive_a_lab_reads_nothing_in_s3():
     stack = expand(2)
     lab = policies(stack, "Lab02Role")
     assert actions_granted(lab) == AGENT_ACTIONS | {"ssm:PutParameter"}
-    assert not allows(lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/classroom-cache.tar.gz"))
+    assert not allows(lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/classroom-cache.tar.gz",
+                                   lab_caller(stack, "02")))
 
 
 @pytest.mark.parametrize("subnets", [SUBNETS[:1], SUBNETS, [f"subnet-{i}" for i in range(6)]])
-def test_labs_spread_over_the_subnets_with_a_public_ipv4_address(subnets):
-    stack = expand(40, SubnetIds=subnets)
+def test_labs_spread_over_the_subnets_with_no_public_address_unless_asked(subnets):
+    stack = expand(7, SubnetIds=subnets)  # seven seats: the seventh wraps around six subnets
     for seat in seats(stack):
         (interface,) = stack.resources[f"Lab{seat}"]["Properties"]["NetworkInterfaces"]
         assert interface["SubnetId"] == subnets[(int(seat) - 1) % len(subnets)], seat
-        assert interface["AssociatePublicIpAddress"] == "true" and interface["DeviceIndex"] == "0"
+        # The resolved value (checkov's public-IP check reads only a boolean true).
+        assert interface["AssociatePublicIpAddress"] == "false" and interface["DeviceIndex"] == "0"
         assert interface["GroupSet"] == [stack.ref("LabSecurityGroup")]
-    private = expand(1, PublicIpv4="false")
-    assert private.resources["Lab01"]["Properties"]["NetworkInterfaces"][0][
-        "AssociatePublicIpAddress"] == "false"
+    public = expand(1, PublicIpv4="true")
+    assert public.resources["Lab01"]["Properties"]["NetworkInterfaces"][0][
+        "AssociatePublicIpAddress"] == "true"
+
+
+def test_the_labs_reach_systems_manager_and_s3_through_the_stacks_endpoints():
+    stack = expand(2)
+    endpoints = {r["Properties"]["ServiceName"]: r["Properties"]
+                 for r in stack.of_type("AWS::EC2::VPCEndpoint").values()}
+    assert set(endpoints) == {f"com.amazonaws.{REGION}.{s}" for s in
+                              ("ssm", "ssmmessages", "ec2messages", "s3")}
+    for service in ("ssm", "ssmmessages", "ec2messages"):
+        endpoint = endpoints[f"com.amazonaws.{REGION}.{service}"]
+        assert endpoint == {"VpcEndpointType": "Interface", "ServiceName": endpoint["ServiceName"],
+                            "VpcId": VPC, "SubnetIds": SUBNETS, "PrivateDnsEnabled": True,
+                            "SecurityGroupIds": [stack.ref("EndpointSecurityGroup")]}
+    assert endpoints[f"com.amazonaws.{REGION}.s3"] == {
+        "VpcEndpointType": "Gateway", "ServiceName": f"com.amazonaws.{REGION}.s3", "VpcId": VPC,
+        "RouteTableIds": ROUTE_TABLES}
+    group = stack.resources["EndpointSecurityGroup"]["Properties"]
+    (inbound,) = group["SecurityGroupIngress"]
+    assert inbound["SourceSecurityGroupId"] == stack.ref("LabSecurityGroup")
+    assert (inbound["IpProtocol"], inbound["FromPort"], inbound["ToPort"]) == ("tcp", 443, 443)
+    assert "CidrIp" not in inbound and "CidrIpv6" not in inbound
+
+
+def test_each_token_parameter_is_the_stacks_own_tagged_and_the_one_its_lab_writes(stack):
+    for seat in seats(stack):
+        parameter = stack.resources[f"Lab{seat}Token"]
+        assert parameter["Type"] == "AWS::SSM::Parameter" and "DeletionPolicy" not in parameter
+        assert parameter["Properties"]["Name"] == f"/{STACK}/lab{seat}/jupyter-token"
+        assert parameter["Properties"]["Tags"] == {"workshop-stack": STACK, "workshop-seat": seat}
+        header = stack.resources[f"Lab{seat}"]["Properties"]["UserData"]  # Fn::Base64 kept as text
+        assert f"LAB_TOKEN_PARAMETER='/{STACK}/lab{seat}/jupyter-token'" in header
+        assert allows(policies(stack, f"Lab{seat}Role"), Request(
+            "ssm:PutParameter", token(seat), lab_caller(stack, seat)))
+
+
+def test_session_manager_preferences_end_idle_and_long_sessions():
+    stack = expand(1, SessionIdleMinutes="15", SessionMaxMinutes="180")
+    document = stack.resources["SessionPreferences"]["Properties"]
+    assert (document["Name"], document["DocumentType"]) == ("SSM-SessionManagerRunShell", "Session")
+    content = document["Content"]
+    assert content["sessionType"] == "Standard_Stream"
+    assert (content["inputs"]["idleSessionTimeout"], content["inputs"]["maxSessionDuration"]) == ("15", "180")
+    assert "SessionPreferences" not in expand(1, SetSessionPreferences="false").resources
+
+
+def event_matches(pattern, event) -> bool:
+    """EventBridge's matching, for the parts the rule uses: nested fields, a list of values (any),
+    exact strings, {"prefix": ...} and {"wildcard": ...}; anything else raises."""
+    if isinstance(pattern, dict):
+        return all(key in event and event_matches(value, event[key]) for key, value in pattern.items())
+    for option in pattern:
+        if isinstance(option, str):
+            matched = event == option
+        elif set(option) == {"prefix"}:
+            matched = isinstance(event, str) and event.startswith(option["prefix"])
+        elif set(option) == {"wildcard"}:
+            from fnmatch import fnmatchcase
+            matched = isinstance(event, str) and fnmatchcase(event, option["wildcard"])
+        else:
+            raise NotImplementedError(f"event pattern {option!r} is not modelled")
+        if matched:
+            return True
+    return False
+
+
+def cloudtrail_event(role_arn: str, error: str | None, event_name: str = "GetParameter") -> dict:
+    detail = {"eventName": event_name,
+              "userIdentity": {"type": "AssumedRole", "sessionContext": {"sessionIssuer": {
+                  "type": "Role", "arn": role_arn}}}}
+    if error:
+        detail["errorCode"] = error
+    return {"detail-type": "AWS API Call via CloudTrail", "source": "aws.ssm", "detail": detail}
+
+
+def test_denied_calls_of_this_stacks_roles_reach_the_instructor():
+    stack = expand(2)
+    rule = stack.resources["DeniedCallsRule"]["Properties"]
+    assert rule["State"] == "ENABLED_WITH_ALL_CLOUDTRAIL_MANAGEMENT_EVENTS"  # GetParameter is read-only
+    pattern = rule["EventPattern"]
+    for role in ("Learner01Role", "Lab02Role"):
+        arn = stack.get_att(role, "Arn")
+        for error in ("AccessDenied", "AccessDeniedException", "Client.UnauthorizedOperation"):
+            assert event_matches(pattern, cloudtrail_event(arn, error)), (role, error)
+        assert not event_matches(pattern, cloudtrail_event(arn, None))
+        assert not event_matches(pattern, cloudtrail_event(arn, "ThrottlingException"))
+    # The roles of another stack, even one whose name begins with this one's, do not match.
+    for other in (f"arn:aws:iam::{ACCOUNT}:role/{STACK}-x/{STACK}-x-Learner01Role-ABC",
+                  f"arn:aws:iam::{ACCOUNT}:role/other-class/Learner01Role",
+                  f"arn:aws:iam::{ACCOUNT}:role/{STACK}-Learner01Role-ABC"):
+        assert not event_matches(pattern, cloudtrail_event(other, "AccessDenied")), other
+    (target,) = rule["Targets"]
+    topic = stack.resources["DeniedCallsTopic"]["Properties"]
+    assert target["Arn"] == stack.ref("DeniedCallsTopic")
+    assert topic["Subscription"] == [{"Protocol": "email", "Endpoint": "instructor@example.org"}]
+    (publish,) = stack.resources["DeniedCallsTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert publish["Principal"] == {"Service": "events.amazonaws.com"}
+    assert publish["Condition"] == {"ArnEquals": {"aws:SourceArn": stack.get_att("DeniedCallsRule", "Arn")}}
 
 
 def test_a_capacity_reservation_reaches_every_lab_through_the_launch_template():
@@ -223,14 +441,12 @@ def test_each_lab_has_a_wait_condition_its_user_data_signals(stack):
                                        "Count": 1}
         lab = stack.resources[f"Lab{seat}"]
         assert "CreationPolicy" not in lab
-        header = lab["Properties"]["UserData"]["Fn::Base64"] if isinstance(
-            lab["Properties"]["UserData"], dict) else lab["Properties"]["UserData"]
+        header = lab["Properties"]["UserData"]
         assert f"export LAB_SIGNAL_URL='{stack.ref(f'Lab{seat}Signal')}'" in header
-        assert f"LAB_TOKEN_PARAMETER='/{STACK}/lab{seat}/jupyter-token'" in header
 
 
 def test_the_largest_class_fits_cloudformations_quotas():
-    stack = expand(40)
+    stack = largest_class()
     assert len(stack.raw_resources) <= 500 and len(stack.outputs) <= 200
 
 
@@ -255,3 +471,20 @@ def test_the_evaluator_refuses_what_a_broader_policy_would_allow():
     # A role session has no aws:username: the variable makes the resource match nothing.
     assert not allows(own, Request("ssm:TerminateSession", session("01"), learner("01")))
     assert allows(own, Request("ssm:TerminateSession", session("01"), {"aws:username": session_name("01")}))
+
+
+def test_the_checklists_policy_files_are_the_expanded_policies(tmp_path):
+    """`python -m tests.cfn_expand TEMPLATE DIR`, which the pre-class checklist hands to IAM
+    Access Analyzer, writes each role's policies as the stack would create them."""
+    import json
+
+    from deploy.template import TEMPLATE
+    from tests.cfn_expand import write_policies
+
+    written = {p.rsplit("/", 1)[-1] for p in write_policies(str(TEMPLATE), str(tmp_path))}
+    assert written == {f"{role}{n}Role.{name}.json" for n in ("01", "02") for role, names in (
+        ("Lab", ("trust", "systems-manager-agent", "publish-own-token", "credentials-stay-in-the-labs-vpc",
+                 "read-classroom-cache")), ("Learner", ("trust", "own-lab-only"))) for name in names}
+    stack = expand(2, ClassroomCacheUrl=CACHE)
+    assert json.loads((tmp_path / "Learner02Role.own-lab-only.json").read_text()) == policies(
+        stack, "Learner02Role")[0]

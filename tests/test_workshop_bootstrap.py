@@ -68,6 +68,7 @@ def boot(tmp_path: Path, mnist_root, signals: SignalServer, *, dlami: Path | Non
         "repo": tmp_path / "home" / "workbook", "systemd": tmp_path / "systemd",
         "config": tmp_path / "etc", "log": tmp_path / "workshop-lab.log",
         "cache": tmp_path / "neuron-compile-cache", "port": free_port(),
+        "idle": tmp_path / "opt-workshop-lab" / "idle-stop",
     }
     machine["systemd"].mkdir()
     machine["calls"] = write_commands(tmp_path / "bin")
@@ -77,7 +78,7 @@ def boot(tmp_path: Path, mnist_root, signals: SignalServer, *, dlami: Path | Non
     script = tmp_path / "user-data"
     script.write_text(user_data({
         "AWS::StackName": STACK, "AWS::Region": REGION, "Seat": SEAT,
-        f"Lab{SEAT}Signal": signals.url,
+        f"Lab{SEAT}Signal": signals.url, f"Lab{SEAT}Token": TOKEN_PARAMETER,
         "RepositoryUrl": url, "RepositoryCommit": commit or head,
         "ClassroomCacheUrl": str(archive or ""), "IdleMinutes": "60"}))
     path = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
@@ -91,6 +92,7 @@ def boot(tmp_path: Path, mnist_root, signals: SignalServer, *, dlami: Path | Non
            "LAB_LOG": str(machine["log"]), "LAB_PORT": str(machine["port"]),
            "LAB_CONFIG_DIR": str(machine["config"]), "LAB_SYSTEMD_DIR": str(machine["systemd"]),
            "LAB_TOOLS": str(tmp_path / "tools"), "LAB_READY_SECONDS": "60",
+           "LAB_IDLE_DIR": str(machine["idle"]),
            "MNIST_DATA_DIR": str(mnist_root), "NEURON_COMPILE_CACHE_URL": str(machine["cache"]),
            # The simulated DLAMI lends the notebook packages too, so pip installs none of them
            # into .venv; their Jupyter configuration and JupyterLab's assets, which an install
@@ -156,19 +158,27 @@ def test_a_lab_boots_to_jupyterlab_on_loopback_with_the_classroom_cache(tmp_path
         # The token went to its SSM parameter; the wait condition got one success signal, with
         # the empty Content-Type its presigned URL needs (as AWS's curl example sends it).
         calls = recorded_calls(lab["calls"])
-        assert calls[-1][:8] == ["aws", "ssm", "put-parameter", "--region", REGION, "--name",
-                                 TOKEN_PARAMETER, "--type"] and calls[-1][-1] == token
+        assert calls[-1] == ["aws", "ssm", "put-parameter", "--region", REGION, "--name",
+                             TOKEN_PARAMETER, "--type", "String", "--overwrite", "--value", token]
         assert signals.signals == [{"Status": "SUCCESS", "UniqueId": f"Lab{SEAT}", "Data": "",
                                     "Reason": f"Lab{SEAT} is ready: JupyterLab answers on 127.0.0.1"}]
         assert signals.content_types == [None]
 
-        # The idle-stop unit's own command, run against this JupyterLab: idle, not stopping.
+        # The idle-stop unit's own command, run against this JupyterLab: idle, not stopping. It
+        # runs as root, so nothing in it is the learner's: its code is a copy of the commit
+        # outside the clone that only its owner may write, its interpreter the DLAMI venv's.
         idle_unit = (lab["systemd"] / "workshop-idle.service").read_text()
         command = shlex.split(re.search(r"^ExecStart=(.*)$", idle_unit, re.M).group(1))
+        workdir = Path(re.search(r"^WorkingDirectory=(.*)$", idle_unit, re.M).group(1))
+        assert "User=" not in idle_unit and workdir == lab["idle"]
+        assert command[:5] == [str(dlami / "bin" / "python"), "-E", "-s", "-m", "deploy.idle_stop"]
+        copied = [workdir / "deploy" / "idle_stop.py", workdir / "helpers" / "setup" / "core_holders.py"]
+        assert all(f.read_bytes() == (lab["repo"] / f.relative_to(workdir)).read_bytes() for f in copied)
+        assert not any(p.stat().st_mode & 0o022 for p in [workdir, *workdir.rglob("*")])
         assert command[command.index("--idle-minutes") + 1] == "60"
         assert "OnUnitActiveSec=1min" in (lab["systemd"] / "workshop-idle.timer").read_text()
         checked = subprocess.run(command + ["--dry-run", "--state", str(tmp_path / "idle.json")],
-                                 cwd=lab["repo"], env={**os.environ, "JUPYTER_TOKEN": token,
+                                 cwd=workdir, env={**os.environ, "JUPYTER_TOKEN": token,
                                                        "PYTHONPATH": ""},
                                  capture_output=True, text=True, timeout=60)
         assert checked.returncode == 0, checked.stderr
