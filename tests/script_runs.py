@@ -21,6 +21,7 @@ import torch
 from mnist_mlp.common.paths import REPO_ROOT
 from mnist_mlp.common.precision import PRECISIONS
 from tests.built_once import built_once
+from tests.cpu_kinds import LOWERED_TO_AVX2
 
 TRIAL_STEPS, LONG_STEPS = 5, 120  # LONG reads the loss at steps 1, 50 and 100; TRIAL at 1 only
 # Two torchrun workers step in lockstep (a gloo all-reduce each step, several times slower than
@@ -49,6 +50,7 @@ def script_environment() -> dict[str, str]:
 class Command:
     argv: tuple[str, ...]  # "{dir}" in an argument becomes the run's own directory
     debug: bool = False  # PT_XLA_DEBUG_LEVEL=1: torch_xla prints a Graph Hash per compile
+    env: tuple[tuple[str, str], ...] = ()  # set in the run's environment
 
 
 def _steps(n: int) -> tuple[str, ...]:
@@ -79,6 +81,12 @@ RUNS: dict[str, Command] = {
     **{f"bf16 {precision}": Command((*script_argv("train_bf16.py", "--precision", precision),
                                      *_steps(LONG_STEPS)))
        for precision in PRECISIONS},
+    # The training whose figures the notebooks print, with their arguments, in one process
+    # (tests/cpu_kinds.py), at this CPU's highest kernel level and lowered to AVX2. The first
+    # also serves the full-length train_cpu.py test.
+    "figures": Command((sys.executable, "-m", "tests.cpu_kinds")),
+    "figures avx2": Command((sys.executable, "-m", "tests.cpu_kinds"),
+                            env=tuple(LOWERED_TO_AVX2.items())),
 }
 
 
@@ -124,6 +132,7 @@ class ScriptRuns:
         argv = [a.replace("{dir}", str(directory)) for a in command.argv]
         argv += ["--checkpoint-dir", str(directory)]
         env = dict(self.env, PT_XLA_DEBUG_LEVEL="1") if command.debug else self.env
+        env = {**env, **dict(command.env)}
         proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                               timeout=self.timeout)
         output = proc.stdout + proc.stderr

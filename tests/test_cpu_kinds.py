@@ -1,0 +1,111 @@
+"""Committed outputs hold on any x86-64 CPU, with AVX-512 kernels or without (issue 44).
+
+PyTorch picks its CPU kernels by what the CPU has (AVX-512 where it can), and PyTorch/XLA's CPU
+backend compiles for the host CPU: a test accuracy or a loss then differs in its fourth decimal
+between a CPU with AVX-512 and one without. check() prints those figures at a precision the CPU
+cannot change (helpers/checks/__init__.py); this test shows it holds. The training whose figures
+the notebooks print runs twice (tests/cpu_kinds.py, shared through tests/script_runs.py): at
+this CPU's highest kernel level, and lowered to AVX2 (ATEN_CPU_CAPABILITY=avx2,
+XLA_FLAGS=--xla_cpu_max_isa=AVX2), as on a CPU without AVX-512. Each run's figure cells, executed
+from the committed notebooks, must print what the committed cells show, through the same
+sanitizers (tests/nbval_sanitize.cfg) as the notebooks' own comparison; and the two levels must
+print the same. On a CPU without AVX-512 its highest level is AVX2: one run serves both, and the
+test says so.
+
+By hand (docs/testing.md): `.venv/bin/python -m pytest -p no:xdist -s tests/test_cpu_kinds.py`.
+"""
+import difflib
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbval.plugin import coalesce_streams
+
+from tests.cpu_kinds import NOTEBOOKS
+from tests.notebook_outputs import read_sanitizer, sanitize
+from tests.paths import REPO_ROOT
+
+SANITIZER = REPO_ROOT / "tests" / "nbval_sanitize.cfg"
+HIGHEST, LOWERED = "highest kernel level", "lowered to AVX2"
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def committed_stdout(notebook: str, index: int) -> str:
+    """What code cell `index` of the committed notebook printed to stdout."""
+    cell = [c for c in nbformat.read(NOTEBOOKS / notebook, as_version=4).cells
+            if c.cell_type == "code"][index]
+    streams = coalesce_streams([o for o in cell.get("outputs", []) if o.output_type == "stream"])
+    return "".join(o.text for o in streams if o.name == "stdout")
+
+
+def printed_lines(text: str, patterns) -> list[str]:
+    return [line for line in sanitize(text, patterns).splitlines() if line.strip()]
+
+
+def differences(figures: dict, patterns) -> list[str]:
+    """Each figure cell whose lines (sanitized) are not the last lines of the committed cell's
+    output (a cell that starts a run shows that run's log first; here the run had run)."""
+    found = []
+    for notebook, cells in figures.items():
+        for index, text in cells.items():
+            ours = printed_lines(text, patterns)
+            theirs = printed_lines(committed_stdout(notebook, int(index)), patterns)
+            theirs = theirs[len(theirs) - len(ours):] if ours else []
+            if ours != theirs:
+                found.append(f"{notebook} code cell {index}:\n" + "\n".join(difflib.unified_diff(
+                    theirs, ours, "committed", "this run", lineterm="")))
+    return found
+
+
+def test_cpu_flags_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n\nprocessor\t: 1\n")
+    assert {"avx2", "avx512f"} <= cpu_flags(cpuinfo)
+    cpuinfo.write_text("processor\t: 0\n")
+    assert cpu_flags(cpuinfo) == set()
+
+
+def test_a_figure_cell_is_compared_with_the_committed_cells_last_lines():
+    patterns = read_sanitizer(SANITIZER)
+    cell = "01_cpu_training.ipynb"
+    index = next(i for i, c in enumerate(c for c in nbformat.read(NOTEBOOKS / cell, as_version=4)
+                                         .cells if c.cell_type == "code")
+                 if 'check("test accuracy", results.test_accuracy' in c.source)
+    shown = committed_stdout(cell, index)
+    assert not differences({cell: {str(index): shown}}, patterns)
+    changed = shown.replace("✓ test accuracy", "✓ test accuracy 1", 1)
+    assert differences({cell: {str(index): changed}}, patterns)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_training_figures_read_the_same_with_and_without_avx512(script_runs, record_property):
+    patterns = read_sanitizer(SANITIZER)
+    runs = {HIGHEST: script_runs["figures"]}
+    if "avx512f" in cpu_flags():
+        runs[LOWERED] = script_runs["figures avx2"]
+    else:
+        print(f"\nthis CPU has no AVX-512: its {HIGHEST} is AVX2, so the run {LOWERED} would "
+              f"be the same run; one run serves both")
+        record_property("cpu_kinds", "no AVX-512: one run (AVX2) serves both levels")
+    figures = {level: json.loads((run.directory / "figures.json").read_text())
+               for level, run in runs.items()}
+    problems = [f"{level}: {d}" for level, f in figures.items() for d in differences(f, patterns)]
+    if len(figures) == 2:
+        for notebook, cells in figures[HIGHEST].items():
+            for index, text in cells.items():
+                lowered = figures[LOWERED][notebook][index]
+                if printed_lines(text, patterns) != printed_lines(lowered, patterns):
+                    problems.append(f"{notebook} code cell {index} prints otherwise {LOWERED}:\n"
+                                    + "\n".join(difflib.unified_diff(
+                                        text.splitlines(), lowered.splitlines(), HIGHEST,
+                                        LOWERED, lineterm="")))
+    assert not problems, "\n\n".join(problems)
+    assert sum(len(cells) for cells in figures[HIGHEST].values()) >= 6  # every figure cell ran
