@@ -1,8 +1,10 @@
 # The workbook's commands. Everything a fresh machine needs is installed by these targets.
 #   make lab        set up, then start JupyterLab on notebooks/
 #   make test       set up, then run every test: unit, end-to-end, every notebook executed once
-#                   (in JupyterLab in Chromium) and its outputs compared; about 18 min on 2 cores
-#   make test-quick the unit tests only (no notebooks, browser, training or multi-process runs)
+#                   (in JupyterLab in Chromium) and its outputs compared; budget 150 units of one
+#                   fresh `python -c "import torch_xla"` (TBD-lead min on 2 cores), printed at its end
+#   make test-quick the unit tests only (no notebooks, browser, training or multi-process runs);
+#                   budget 25 units (TBD-lead min on 2 cores)
 #   make lint       ruff over the code, the tests and the notebooks (both test targets run it too)
 #   make bench      the loader / device-loop benchmark, ratios against the targets
 #   make mutants    mutation testing of the modules that decide (not part of make test): the
