@@ -126,7 +126,7 @@ def test_a_measured_float_prints_coarser_than_a_cpu_kind_moves_it(capsys):
     each pair prints the same line. The comparison still uses the full value."""
     pairs = [("test accuracy", (0.9305, 0.9306), ">=", 0.92),
              ("mean of the last 10 losses read", (0.2421, 0.2422), "<", 2.31734 / 3),
-             ("larger test-accuracy gap", (0.0032, 0.0035), "<=", 0.01),
+             ("larger test-accuracy gap", (0.0032, 0.0058), "<=", 0.01),
              ("largest difference", (0.0, 5.96e-08), "<", 1e-05)]
     for label, values, op, bound in pairs:
         for value in values:
@@ -150,8 +150,9 @@ def test_show_measured_rounds_to_places_and_four_significant_digits():
     from helpers.checks import show_measured
 
     assert [show_measured(v, d) for v, d in ((0.7996, 3), (-0.001, 2), (1234.567, 2), (3e-7, 6),
-                                             (2e-6, 6), (0.0, 3), (float("inf"), 2))] == [
-        "0.800", "0.00", "1,235", "0", "2e-06", "0.000", "inf"]
+                                             (2e-6, 6), (0.0, 3), (float("inf"), 2), (0.0099, 2),
+                                             (0.01, 2), (-0.02, 2))] == [
+        "0.800", "0.00", "1,235", "0", "2e-06", "0.000", "inf", "0.00", "0.01", "-0.02"]
 
 
 def test_equality_and_membership_show_the_value_whole(capsys):
