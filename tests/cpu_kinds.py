@@ -9,9 +9,8 @@ loop is the script's), each script's main() as `python mnist_mlp/<script>` would
 executes the notebooks' own cells that print those figures (FIGURE_CELLS), as they stand in the
 committed notebooks, reading these runs' results where a cell would have started the run
 (`run_streaming` does nothing, `load_results` reads DIR), and writes what each printed to
-DIR/figures.json. The environment chooses the kernel level: ATEN_CPU_CAPABILITY=avx2 for
-PyTorch's CPU kernels and XLA_FLAGS=--xla_cpu_max_isa=AVX2 for PyTorch/XLA's CPU code
-generation lower an AVX-512 CPU to what a CPU without AVX-512 runs (LOWERED_TO_AVX2).
+DIR/figures.json. The environment chooses the kernel level: LOWERED_TO_AVX2 lowers an AVX-512
+CPU to what a CPU without AVX-512 runs.
 """
 from __future__ import annotations
 
@@ -27,7 +26,11 @@ from pathlib import Path
 from mnist_mlp.common.paths import REPO_ROOT
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
-LOWERED_TO_AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}
+# What a CPU without AVX-512 runs, on one that has it: PyTorch's own CPU kernels (ATen), the
+# oneDNN kernels that PyTorch/XLA's CPU backend calls for its matrix products (without this one,
+# train.py's figure stays the AVX-512 one), MKL's BLAS, and XLA's own code generation.
+LOWERED_TO_AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                   "MKL_ENABLE_INSTRUCTIONS": "AVX2", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}
 BF16_STEPS = "600"  # notebook 05's STEPS
 # notebook -> the code cells (found by a line of each) that print a figure of training, in the
 # order they run; a cell before them that the figures need runs too (05's training cell builds

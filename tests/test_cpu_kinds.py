@@ -5,8 +5,9 @@ backend compiles for the host CPU: a test accuracy or a loss then differs in its
 between a CPU with AVX-512 and one without. check() prints those figures at a precision the CPU
 cannot change (helpers/checks/__init__.py); this test shows it holds. The training whose figures
 the notebooks print runs twice (tests/cpu_kinds.py, shared through tests/script_runs.py): at
-this CPU's highest kernel level, and lowered to AVX2 (ATEN_CPU_CAPABILITY=avx2,
-XLA_FLAGS=--xla_cpu_max_isa=AVX2), as on a CPU without AVX-512. Each run's figure cells, executed
+this CPU's highest kernel level, and lowered to AVX2 (tests/cpu_kinds.py's LOWERED_TO_AVX2:
+ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS, XLA_FLAGS=--xla_cpu_max_isa),
+as on a CPU without AVX-512. Each run's figure cells, executed
 from the committed notebooks, must print what the committed cells show, through the same
 sanitizers (tests/nbval_sanitize.cfg) as the notebooks' own comparison; and the two levels must
 print the same. On a CPU without AVX-512 its highest level is AVX2: one run serves both, and the
