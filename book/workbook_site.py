@@ -159,11 +159,11 @@ def static_outputs(notebook: dict) -> dict:
 # ---- the line under a notebook's title
 
 def source_note(docname: str) -> str:
+    name = posixpath.basename(docname)
     source = f"https://github.com/{REPOSITORY}/blob/{BRANCH}/{docname}.ipynb"
-    return (f"*This page is the notebook [`{docname}.ipynb`]({source}) with the outputs committed from "
-            "a run on the CPU stand-in (PyTorch/XLA's CPU backend); what a trn1 prints differs where "
-            "the text says. To run it yourself, on a trn1.2xlarge or any CPU: "
-            "[the README's set-up](../README.md), then `make lab`.*")
+    return (f"*This page is the notebook [`{name}.ipynb`]({source}) with the outputs of a run on the CPU "
+            "stand-in (PyTorch/XLA's CPU backend). To run it yourself, on a trn1.2xlarge or any CPU, "
+            "follow [Where to run it](../README.md#where-to-run-it), then `make lab`.*")
 
 
 def add_source_note(notebook: dict, docname: str) -> dict:
@@ -202,8 +202,20 @@ def files_to_github(app, doctree) -> None:
         node.replace_self(link)
 
 
+# ---- the site's address: GitHub Pages serves index.html, the front page is README.html
+
+def index_page(app, exception) -> None:
+    if exception is None and app.builder.format == "html" and app.config.root_doc != "index":
+        page = f"{app.config.root_doc}.html"
+        (Path(app.outdir) / "index.html").write_text(
+            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(app.config.project)}</title>'
+            f'<meta http-equiv="refresh" content="0; url={page}"><link rel="canonical" href="{page}"></head>'
+            f'<body><a href="{page}">{html.escape(app.config.project)}</a></body></html>\n', encoding="utf-8")
+
+
 def setup(app):
     app.add_config_value("workbook_toc", {}, "env")
     app.connect("source-read", on_source_read)
     app.connect("doctree-read", files_to_github)
+    app.connect("build-finished", index_page)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

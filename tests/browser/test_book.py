@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -29,6 +27,8 @@ from tests.paths import REPO_ROOT
 pytestmark = pytest.mark.e2e
 
 SCREENSHOTS = REPO_ROOT / "build" / "screenshots" / "book"
+# The site builder's own venv (`make book-venv`, which make test runs; requirements-book.txt).
+BOOK_PYTHON = REPO_ROOT / "build" / "book-venv" / "bin" / "python"
 # A sentence that defines the term: "compiles it into a NEFF, the NeuronCore's program",
 # "a NEFF (Neuron Executable File Format)", "NEFF is ...", "NEFF: ...".
 DEFINES_NEFF = re.compile(r"\bNEFF\b(,| is| \(|:)\s*(the|a|an|Neuron)\b")
@@ -37,20 +37,16 @@ DEFINES_NEFF = re.compile(r"\bNEFF\b(,| is| \(|:)\s*(the|a|an|Neuron)\b")
 def build_site(directory: Path) -> None:
     # -W: a link to a page or heading that does not exist fails the build, with its name.
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-q", "-W", "--keep-going", "-b", "html", "-c", "book",
+        [str(BOOK_PYTHON), "-m", "sphinx", "-q", "-W", "--keep-going", "-b", "html", "-c", "book",
          "-d", str(directory / "doctrees"), ".", str(directory / "html")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"sphinx-build failed:\n{result.stdout}{result.stderr}"
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    try:
-        import myst_nb  # noqa: F401
-        import sphinx_book_theme  # noqa: F401
-    except ImportError as err:
-        message = f"the site builder is missing ({err}): `make book` installs requirements-book.txt"
+    if not BOOK_PYTHON.exists():
+        message = f"the site builder is missing ({BOOK_PYTHON}): `make book-venv` installs it"
         if in_ci():
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
@@ -138,8 +134,8 @@ def crawl(site, served, browser) -> dict[str, dict]:
             and errors.append(f"HTTP {response.status}: {response.url}"))
     for path in sorted(site.rglob("*.html")):
         name = path.relative_to(site).as_posix()
-        if name.startswith("_"):
-            continue  # sphinx's own copies (_sources/, _static/), not pages of the workbook
+        if name.startswith("_") or name == "index.html":
+            continue  # sphinx's own copies (_sources/, _static/); the address's redirect (tested below)
         errors.clear()
         page.goto(served + name, wait_until="load")
         facts = page.evaluate(PAGE_FACTS)
@@ -147,8 +143,7 @@ def crawl(site, served, browser) -> dict[str, dict]:
         pages[name] = facts
         if name in ("README.html", "notebooks/02_single_core_xla.html", "notebooks/06_inside_a_run.html"):
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SCREENSHOTS / name.replace("/", "_").replace(".html", ".png")),
-                            full_page=name != "README.html")
+            page.screenshot(path=str(SCREENSHOTS / name.replace("/", "_").replace(".html", ".png")))
     page.close()
     return pages
 
@@ -158,6 +153,22 @@ def test_the_site_has_the_front_page_every_notebook_and_every_doc(crawl):
                 *(f"notebooks/{p.stem}.html" for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")),
                 *(f"docs/{p.stem}.html" for p in (REPO_ROOT / "docs").glob("*.md"))}
     assert expected <= set(crawl), f"missing pages: {sorted(expected - set(crawl))}"
+
+
+def test_the_sites_address_opens_the_front_page(crawl, served, browser):
+    page = browser.new_page()
+    page.goto(served)  # GitHub Pages serves index.html at the site's address
+    page.wait_for_url(served + "README.html", timeout=10_000)
+    assert page.title().startswith("PyTorch on AWS Trainium")
+    page.close()
+
+
+def test_the_readme_links_to_the_site_on_its_first_screen_and_instructors_send_it_a_week_before():
+    first_screen = "\n".join((REPO_ROOT / "README.md").read_text().splitlines()[:15])
+    assert re.search(r"\]\(https://[^/)]+\.github\.io/[^)]+/\)", first_screen), "no link to the site"
+    site_url = re.search(r"https://[^/)]+\.github\.io/[^)]+/", first_screen)[0]
+    instructor = (REPO_ROOT / "docs" / "instructor.md").read_text()
+    assert site_url in instructor and re.search(r"week before the class, send the class the website", instructor)
 
 
 def test_every_page_loads_without_a_console_error_and_with_every_image(crawl):
