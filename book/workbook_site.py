@@ -132,8 +132,8 @@ LIVE_SERVER = re.compile(r"""(src|href)=["']/proxy/\d+/""")
 
 def live_output_note(page: str) -> str:
     shown = "TensorBoard's live view" if "<iframe" in page else "a link that opens TensorBoard in its own tab"
-    return (f'<p class="workbook-live-output">In JupyterLab, {shown} is here: this notebook\'s kernel '
-            "serves it through the Jupyter server while it runs. A website has no kernel to serve it.</p>")
+    return (f'<p class="workbook-live-output">In JupyterLab this output is {shown}. TensorBoard runs only '
+            "while this notebook's kernel runs, so a website cannot show it.</p>")
 
 
 def static_outputs(notebook: dict) -> dict:
