@@ -171,6 +171,16 @@ def test_the_readme_links_to_the_site_on_its_first_screen_and_instructors_send_i
     assert site_url in instructor and re.search(r"week before the class, send the class the website", instructor)
 
 
+def test_every_page_links_to_its_source_on_github(crawl):
+    sources = {"README.html": "README.md", "notebooks/README.html": "notebooks/README.md",
+               **{f"notebooks/{p.stem}.html": f"notebooks/{p.name}" for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")},
+               **{f"docs/{p.stem}.html": f"docs/{p.name}" for p in (REPO_ROOT / "docs").glob("*.md")}}
+    missing = [name for name, source in sources.items()
+               if not any(re.match(rf"https://github\.com/[^/]+/[^/]+/blob/main/{re.escape(source)}(\?|$)", link)
+                          for link in crawl[name]["links"])]
+    assert not missing, f"pages without a link to their source on GitHub: {missing}"
+
+
 def test_every_page_loads_without_a_console_error_and_with_every_image(crawl):
     problems = {name: facts["errors"] + [f"image not loaded: {src}" for src in facts["brokenImages"]]
                 for name, facts in crawl.items() if facts["errors"] or facts["brokenImages"]}
