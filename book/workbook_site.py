@@ -22,9 +22,6 @@ import posixpath
 import re
 from pathlib import Path
 
-from docutils import nodes
-from sphinx import addnodes
-
 # owner/name on GitHub: the Actions workflow sets GITHUB_REPOSITORY; elsewhere this default.
 DEFAULT_REPOSITORY = "OWNER/trainium-mnist-workbook"
 REPOSITORY = os.environ.get("GITHUB_REPOSITORY") or DEFAULT_REPOSITORY
@@ -189,6 +186,10 @@ def on_source_read(app, docname: str, source: list[str]) -> None:
 
 def files_to_github(app, doctree) -> None:
     """A link to a repository file that is not a page becomes a link to it on GitHub."""
+    # Imported here: the rest of this module (the widgets) is tested without Sphinx installed.
+    from docutils import nodes
+    from sphinx import addnodes
+
     docdir = posixpath.dirname(app.env.docname)
     for node in list(doctree.findall(addnodes.download_reference)):
         target = node.get("reftarget", "")

@@ -213,6 +213,9 @@ def test_no_output_cell_renders_empty_and_no_widget_waits_for_a_script(crawl):
     empty = {name: facts["emptyOutputs"] for name, facts in notebooks.items() if facts["emptyOutputs"]}
     assert not empty, empty
     assert not any(facts["widgetScripts"] for facts in crawl.values())
+    reprs = {name: found[0] for name, facts in notebooks.items()
+             if (found := re.search(r"\b[HV]Box\(children=|<IPython\.\w+|IFrame at 0x", facts["text"]))}
+    assert not reprs, f"a widget or display object shown as its Python repr: {reprs}"
 
 
 def test_every_page_has_the_search_box_and_the_search_finds_neff_where_it_is_defined(crawl, served, browser):
