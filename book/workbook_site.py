@@ -195,10 +195,9 @@ def files_to_github(app, doctree) -> None:
         target = node.get("reftarget", "")
         if re.match(r"^[a-z]+:", target):
             continue
-        path = posixpath.normpath(posixpath.join(docdir, target.lstrip("/"))) if not target.startswith("/") \
-            else target.lstrip("/")
-        kind = "tree" if (Path(app.srcdir) / path).is_dir() else "blob"
-        link = nodes.reference("", "", *node.children, refuri=f"https://github.com/{REPOSITORY}/{kind}/{BRANCH}/{path}",
+        # "/x" is from the repository's root, anything else from the page's own folder.
+        path = target.lstrip("/") if target.startswith("/") else posixpath.normpath(posixpath.join(docdir, target))
+        link = nodes.reference("", "", *node.children, refuri=f"https://github.com/{REPOSITORY}/blob/{BRANCH}/{path}",
                                internal=False)
         node.replace_self(link)
 
