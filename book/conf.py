@@ -33,7 +33,7 @@ nb_ipywidgets_js = {}
 # Links such as notebooks/README.md#timings use GitHub's heading slugs.
 myst_heading_anchors = 6
 # Links to files that are not pages (a script, the Makefile) become links to GitHub, not
-# downloads (workbook_site.py); a link to a page or heading that is missing fails the build.
+# downloads (workbook_site.py); make book's -W fails the build on a link to a missing page or heading.
 
 html_theme = "sphinx_book_theme"
 html_title = "PyTorch on AWS Trainium"
@@ -59,5 +59,6 @@ html_theme_options = {
     # The pydata theme's icon links and analytics load nothing when left empty.
     "icon_links": [],
 }
-# No MathJax (it would come from a CDN): no page writes math (a `$` in the notebooks is a shell prompt).
+# No dollarmath: Sphinx loads MathJax (from a CDN) only on a page with math, and a `$` in these
+# pages is a shell prompt or a price, never math. The browser test fails on any request off the site.
 myst_enable_extensions: list[str] = []
