@@ -1,6 +1,7 @@
 """What the workbook's website adds to Sphinx and myst-nb (a Sphinx extension; book/conf.py).
 
-- The lesson's order: a hidden toctree appended to the front page (the README, unchanged on GitHub).
+- The lesson's order: a hidden toctree appended to the front page (the README, unchanged on GitHub),
+  and each notebook the front page names as code a link to its page.
 - Widgets as their static form. A page of a notebook would show each widget's saved state only
   through @jupyter-widgets/html-manager, which myst-nb loads from a CDN; the site loads nothing
   from another host. So each widget output is rendered here, from the state JupyterLab saved in
@@ -174,9 +175,20 @@ def add_source_note(notebook: dict, docname: str) -> dict:
     return notebook
 
 
+# `notebooks/02_single_core_xla.ipynb` written as code in the README's stages table.
+NOTEBOOK_NAMED = re.compile(r"`(notebooks/\d\d_\w+\.ipynb)`")
+
+
+def link_notebooks(markdown: str, root: Path) -> str:
+    """Each notebook the front page names as code becomes a link to its page (outside fenced code)."""
+    parts = re.split(r"(^```.*?^```)", markdown, flags=re.S | re.M)
+    return "".join(part if part.startswith("```") else NOTEBOOK_NAMED.sub(
+        lambda m: f"[`{m[1]}`]({m[1]})" if (root / m[1]).is_file() else m[0], part) for part in parts)
+
+
 def on_source_read(app, docname: str, source: list[str]) -> None:
     if docname == app.config.root_doc:
-        source[0] += toctree_markdown(app.config.workbook_toc)
+        source[0] = link_notebooks(source[0], Path(app.srcdir)) + toctree_markdown(app.config.workbook_toc)
     elif app.env.doc2path(docname).suffix == ".ipynb":
         notebook = add_source_note(static_outputs(json.loads(source[0])), docname)
         source[0] = json.dumps(notebook)

@@ -68,3 +68,14 @@ def test_an_output_only_a_running_kernel_serves_becomes_a_sentence():
     frame_html, link_html = (o["data"]["text/html"] for o in result["cells"][0]["outputs"])
     assert "/proxy/" not in frame_html + link_html
     assert "TensorBoard's live view" in frame_html and "a link that opens TensorBoard" in link_html
+
+
+def test_the_front_page_links_each_notebook_it_names_but_not_inside_fenced_code(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "02_single_core_xla.ipynb").write_text("{}")
+    markdown = ("| 2 | `notebooks/02_single_core_xla.ipynb` | `notebooks/09_missing.ipynb` |\n\n"
+                "```bash\necho `notebooks/02_single_core_xla.ipynb`\n```\n")
+    linked = workbook_site.link_notebooks(markdown, tmp_path)
+    assert linked.startswith("| 2 | [`notebooks/02_single_core_xla.ipynb`](notebooks/02_single_core_xla.ipynb) | "
+                             "`notebooks/09_missing.ipynb` |")
+    assert linked.endswith("```bash\necho `notebooks/02_single_core_xla.ipynb`\n```\n")
