@@ -5,6 +5,8 @@
 #                   fresh `python -c "import torch_xla"` (TBD-lead min on 2 cores), printed at its end
 #   make test-quick the unit tests only (no notebooks, browser, training or multi-process runs);
 #                   budget 25 units (TBD-lead min on 2 cores)
+#   make book       the workbook as a website in build/book/html (README, notebooks with their
+#                   committed outputs, docs/; nothing executed); open build/book/html/README.html
 #   make lint       ruff over the code, the tests and the notebooks (both test targets run it too)
 #   make bench      the loader / device-loop benchmark, ratios against the targets
 #   make mutants    mutation testing of the modules that decide (not part of make test): the
@@ -47,8 +49,10 @@ PYTEST_ARGS ?=
 CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
 # checkov's own venv (requirements-scanner.txt says why not .venv); tests find it there.
 SCANNER_VENV ?= build/scanner-venv
+# The site builder's own venv (make book; requirements-book.txt); tests/browser/test_book.py finds it there.
+BOOK_VENV ?= build/book-venv
 
-.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser scanner slurm reset classroom-cache classroom-check classroom-import
+.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser scanner slurm reset classroom-cache classroom-check classroom-import book book-venv
 
 venv: $(STAMP)
 
@@ -85,7 +89,7 @@ lab: data $(LAB_OVERRIDES)
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
 	    --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
-test: data browser scanner slurm
+test: data browser scanner slurm book-venv
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 --budget-units=150 $(PYTEST_ARGS) tests
 
 test-quick: data scanner
@@ -124,6 +128,24 @@ notebooks: data
 # Playwright drives that Chromium and downloads no browser of its own.
 browser:
 	@bash tests/browser/install_browser.sh
+
+# The site builder (requirements-book.txt) in a venv of its own, installed again only when that file
+# changes: the site executes nothing, so it needs none of .venv's packages (in CI it is built without
+# them), and .venv keeps none of Sphinx's. make test installs it too (tests/browser/test_book.py
+# builds the site and reads it in Chromium). -W: a link to a page or heading that does not exist
+# fails the build. .github/workflows/book.yml publishes build/book/html on GitHub Pages.
+book-venv: $(BOOK_VENV)/.requirements-stamp
+
+$(BOOK_VENV)/.requirements-stamp: requirements-book.txt
+	rm -rf $(BOOK_VENV)
+	$(PYTHON) -m venv $(BOOK_VENV)
+	$(BOOK_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-book.txt
+	@touch $@
+
+book: book-venv
+	rm -rf build/book/html build/book/doctrees
+	$(BOOK_VENV)/bin/python -m sphinx -q -W --keep-going -b html -c book -d build/book/doctrees . build/book/html
+	@echo "the site: build/book/html/README.html"
 
 # checkov pinned in requirements-scanner.txt, in a venv of its own; again only when that file changes.
 scanner: $(SCANNER_VENV)/.requirements-stamp

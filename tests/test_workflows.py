@@ -92,3 +92,17 @@ def test_the_trn1_job_runs_by_hand_on_a_trn1_runner_in_the_neuron_mode():
     assert job["env"]["WORKBOOK_BACKEND_OUTPUTS"] == "neuron"
     assert steps_running(job, "make test")
     assert yaml.safe_load(CONFIG.read_text())["self-hosted-runner"]["labels"] == ["trn1"]
+
+
+def test_the_book_job_builds_the_site_and_deploys_it_to_github_pages_on_a_push_to_main():
+    workflow = load(REPO_ROOT / ".github" / "workflows" / "book.yml")
+    assert workflow["on"]["push"]["branches"] == ["main"] and "pull_request" not in workflow["on"]
+    build, deploy = workflow["jobs"]["build"], workflow["jobs"]["deploy"]
+    assert steps_running(build, "make book")
+    (upload,) = [s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
+    assert upload["with"]["path"] == "build/book/html"
+    # Only the deploying job may write Pages and mint the OIDC token deploy-pages needs.
+    assert workflow["permissions"] == {"contents": "read"}
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["needs"] == "build" and deploy["environment"]["name"] == "github-pages"
+    assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in deploy["steps"])
