@@ -18,6 +18,7 @@ import argparse
 import ast
 import contextlib
 import functools
+import importlib
 import io
 import json
 import sys
@@ -34,7 +35,7 @@ LOWERED_TO_AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
 BF16_STEPS = "600"  # notebook 05's STEPS
 # notebook -> the code cells (found by a line of each) that print a figure of training, in the
 # order they run; a cell before them that the figures need runs too (05's training cell builds
-# `runs`; its fc1 step needs the batch cell 17 loads).
+# `runs`; its fc1 step needs the batch and the device model the cell before it makes).
 FIGURE_CELLS = {
     "02_single_core_xla.ipynb": ['xla = load_results()["xla"]'],
     "05_bf16.ipynb": ["runs = {precision: load_results()", 'check("test accuracy FP32 minus',
@@ -111,8 +112,13 @@ def main(argv=None) -> None:
     from mnist_mlp import train, train_bf16
     from mnist_mlp.common import PRECISIONS, mnist_loaders, parse_args
 
+    xm = importlib.import_module("torch_xla.core.xla_model")  # once train chose the device
+    # torch.manual_seed leaves the XLA device's random state alone, and a run's torch.rand on the
+    # device (bf16-sr's draws) moves it on: each run starts from a fresh process's state.
+    fresh_rng = xm.get_rng_state()
     train.main(into)
     for precision in PRECISIONS:
+        xm.set_rng_state(fresh_rng)
         train_bf16.main(["--precision", precision, "--steps-this-run", BF16_STEPS, *into])
 
     import torch
