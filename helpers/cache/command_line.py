@@ -12,11 +12,12 @@ import sys
 
 from helpers.cache import archive, archive_import, plans, removal
 from helpers.cache.entry import STATES
-from helpers.cache.flags import FlagsError
-from helpers.cache.location import CACHE_URL_ENV, DEFAULT_ROOT, CompileCacheError, locate_cache
+from helpers.cache.location import CACHE_URL_ENV, CompileCacheError, locate_cache
 from helpers.cache.render import render_entry, render_scan
 from helpers.cache.scan import LOCK_STALE_AFTER_S, scan_cache
 from helpers.cache.units import parse_size
+from mnist_mlp.common.neuron_cc_flags import FlagsError
+from mnist_mlp.common.platform_paths import default_compile_cache
 
 PROG = "python -m helpers.cache"
 
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "their plan first; --dry-run stops there.")
     common = _Parser(add_help=False)
     common.add_argument("--root", help="cache directory (default: --cache_dir in NEURON_CC_FLAGS, "
-                        f"else {CACHE_URL_ENV}, else {DEFAULT_ROOT})")
+                        f"else {CACHE_URL_ENV}, else {default_compile_cache()})")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("ls", parents=[common], help="list entries and summaries")

@@ -17,6 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from helpers.launch.procfs import PROC_DIR
 from helpers.setup.checklist import CheckResult
 from helpers.setup.core_holders import busy_core_messages_text, neuron_device_holders
 from helpers.setup.platform_checks import check_pins, check_platform, has_neuron_device
@@ -27,9 +28,9 @@ from mnist_mlp.common.backend import (
     instance_type,
     visible_neuron_cores,
 )
+from mnist_mlp.common.neuron_cc_flags import ENV_VAR, FlagsError
 from mnist_mlp.common.paths import repo_relative as shown_path
 
-PROC_DIR = Path("/proc")
 # Tools looked up by name: torch-neuronx runs `neuronx-cc` to compile each graph, the workbook
 # `torchrun` and `neuron_parallel_compile`. In the venv's bin/, found only when it is on PATH.
 VENV_TOOLS = ("neuronx-cc", "neuron_parallel_compile", "torchrun")
@@ -155,8 +156,8 @@ def check_compile_cache(env=None, stand_in: bool | None = None) -> CheckResult:
     item = "Compile cache"
     try:
         location = locate_cache(env)
-    except ValueError as err:  # NEURON_CC_FLAGS that cannot be used (helpers.cache.flags.FlagsError)
-        return CheckResult(item, False, str(err), "fix NEURON_CC_FLAGS, or unset it, and check again")
+    except FlagsError as err:
+        return CheckResult(item, False, str(err), f"fix {ENV_VAR}, or unset it, and check again")
     note = ""
     if stand_in is None:
         stand_in = importlib.util.find_spec("torch_neuronx") is None
