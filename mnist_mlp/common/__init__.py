@@ -12,7 +12,7 @@ makes), platform_paths (the Neuron platform's fixed paths, the one seam a test d
 into), errors (errors the layers share).
 
 Imports: mnist_mlp.model only from the package above; torch, torchvision, torch-xla,
-torch-neuronx, numpy and the standard library.
+torch-neuronx, numpy, psutil and the standard library.
 """
 
 from mnist_mlp.common.exports import lazy_exports  # noqa: E402  (its own module)
