@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from helpers.cache.demo import DEMO_BIG_NEFF, DEMO_FLAGS, build_demo_cache, neff_bytes
-from helpers.cache.entry import LOG_TAIL_LINES, NEFF_HEADER, neff_kind
 from helpers.cache.flags import FlagsError
 from helpers.cache.location import CacheLocation, CompileCacheError, RemoteCacheError, locate_cache
 from helpers.cache.plans import (
@@ -20,9 +19,8 @@ from helpers.cache.plans import (
     plan_remove_failed,
     plan_remove_other_versions,
 )
-from helpers.cache.render import render_entry
-from helpers.cache.scan import scan_cache
-from helpers.cache.units import human_bytes, parse_size, short_time
+from helpers.cache.render import human_bytes, parse_size, render_entry, short_time
+from helpers.cache.scan import LOG_TAIL_LINES, NEFF_HEADER, neff_kind, scan_cache
 from tests.cache_trees import (
     ALL_STATES,
     CUR_DIR,

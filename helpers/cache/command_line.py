@@ -10,12 +10,10 @@ import json
 import math
 import sys
 
-from helpers.cache import archive, archive_import, plans, removal
-from helpers.cache.entry import STATES
+from helpers.cache import archive, plans
 from helpers.cache.location import CACHE_URL_ENV, CompileCacheError, locate_cache
-from helpers.cache.render import render_entry, render_scan
-from helpers.cache.scan import LOCK_STALE_AFTER_S, scan_cache
-from helpers.cache.units import parse_size
+from helpers.cache.render import parse_size, render_entry, render_scan
+from helpers.cache.scan import LOCK_STALE_AFTER_S, STATES, scan_cache
 from mnist_mlp.common.neuron_cc_flags import FlagsError
 from mnist_mlp.common.platform_paths import default_compile_cache
 
@@ -105,7 +103,7 @@ def _prune(args, root, out) -> int:
         for plan in made:
             print(plan.render())
         print("(dry run: nothing removed)" if args.dry_run else "Applying…", flush=True)
-    results = [] if args.dry_run else [removal.apply_plan(plan, lock_age) for plan in made]
+    results = [] if args.dry_run else [plans.apply_plan(plan, lock_age) for plan in made]
     if not args.json:
         for r in results:
             print(r.render())
@@ -156,7 +154,7 @@ def main(argv=None) -> int:
             out(r.render(), {"archive": str(r.archive), "entries": r.entries, "files": r.files,
                              "size_bytes": r.size_bytes, "manifest": r.manifest})
         elif args.command == "import":
-            r = archive_import.import_cache(args.archive, root,
+            r = archive.import_cache(args.archive, root,
                                      progress=not (args.no_progress or args.json))
             out(r.render(), r.to_dict())
     except (CompileCacheError, FlagsError) as err:

@@ -45,7 +45,7 @@ def reset_plan(repo: Path) -> tuple[list[str], list[Path]]:
 def _remove_output(repo: Path, path: Path) -> None:
     """Remove one run-output path: a symlink goes alone, never what it points to; anything else
     through the cache tool's guard (inside the checkout, no symlink on the way)."""
-    from helpers.cache.removal import remove_inside
+    from helpers.cache.plans import remove_inside
 
     if path.is_symlink():
         path.unlink()
