@@ -1,12 +1,10 @@
-"""Starting a command so that nothing it starts outlives us: the one place the workbook starts
-a process that runs beside it (the MNIST download here; the notebooks' runs, torchrun,
-TensorBoard and neuron-monitor through helpers.launch and helpers.inside). docs/architecture.md
-names the one other kind, short commands a command-line tool waits for (subprocess.run).
+"""Starting and stopping a command so that nothing it starts outlives us.
 
-Each child gets a session (a process group) of its own, so stopping it stops everything it
-started (stop_process_tree: every descendant too, torchrun's workers in their own sessions), and, on Linux, the kernel's parent-death signal: if the process that started it dies,
-even by SIGKILL (a notebook kernel killed for memory, a forced restart), the child gets SIGTERM.
-torchrun passes that on to its workers, so on Trainium no worker keeps holding a NeuronCore.
+Each child gets a session (a process group) of its own, so stopping it (stop_process_tree) stops
+everything it started, torchrun's workers in sessions of their own included; on Linux it also
+gets the kernel's parent-death signal: if the process that started it dies, even by SIGKILL (a
+notebook kernel killed for memory, a forced restart), the child gets SIGTERM. torchrun passes
+that on to its workers, so on Trainium no worker keeps holding a NeuronCore.
 """
 from __future__ import annotations
 
