@@ -8,11 +8,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mnist_mlp.common.compile_cache import CACHE_URL_ENV, cache_url, is_remote
+from helpers.launch.procfs import PROC_DIR
+from mnist_mlp.common.compile_cache import CACHE_URL_ENV, cache_url, local_dir
 from mnist_mlp.common.neuron_cc_flags import CACHE_DIR, ENV_VAR, set_flag
 
 XLA_CACHE_ENV = "XLA_PERSISTENT_CACHE_PATH"  # set by torch_xla.runtime.initialize_cache
-PROC_MOUNTS = Path("/proc/mounts")
+PROC_MOUNTS = PROC_DIR / "mounts"
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "efs", "lustre", "cifs", "smb3", "ceph", "glusterfs",
                        "9p", "beegfs", "gpfs")
 
@@ -32,16 +33,17 @@ class CacheLocation:
 
     @property
     def remote(self) -> bool:
-        return is_remote(self.url)
+        return local_dir(self.url) is None
 
     @property
     def path(self) -> Path:
-        if self.remote:
+        path = local_dir(self.url)
+        if path is None:
             raise RemoteCacheError(
                 f"the compile cache is {self.url} (from {self.source}), a remote cache: this tool "
                 "reads local directories only and does not scan it. List it with "
                 f"`aws s3 ls --recursive {self.url}`, or pass --root <local dir>.")
-        return Path(self.url.removeprefix("file://")).expanduser()
+        return path
 
 
 def locate_cache(env=None) -> CacheLocation:

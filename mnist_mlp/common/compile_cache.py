@@ -163,12 +163,13 @@ def cache_url(env=None) -> tuple[str, str]:
     return str(default_compile_cache(env)), "the Neuron default"
 
 
-def is_remote(url: str) -> bool:
-    """An s3:// (or other non-file) URL: a cache no local tool reads."""
-    return "://" in url and not url.startswith("file://")
+def local_dir(url: str) -> Path | None:
+    """A cache URL as a local directory; None for a remote (s3://) cache."""
+    if "://" in url and not url.startswith("file://"):
+        return None
+    return Path(url.removeprefix("file://")).expanduser()
 
 
 def local_cache_dir(env=None) -> Path | None:
     """cache_url() as a local directory; None for a remote (s3://) cache."""
-    url, _ = cache_url(env)
-    return None if is_remote(url) else Path(url.removeprefix("file://")).expanduser()
+    return local_dir(cache_url(env)[0])
