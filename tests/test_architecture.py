@@ -1,8 +1,9 @@
-"""docs/architecture.md kept true: the import graph measured with `ast` over every module of
-mnist_mlp/ and helpers/ (imports inside functions count too) against the page's package table
-and layers; the package docstrings against their folders and imports; the module size limit;
-the modules that change global state when imported and the modules that start processes
-against the page's two tables. The package list comes from the page (tests/architecture_page.py).
+"""docs/architecture.md kept true, reading the page alone: the import graph measured with `ast`
+over every module of mnist_mlp/ and helpers/ (imports inside functions count too) against the
+page's package table and layers; each package's modules against the page's lists; the modules
+over 300 lines against the page's table of why; the modules that change global state when
+imported and the modules that start processes against the page's two tables. The package list
+comes from the page (tests/architecture_page.py).
 """
 from __future__ import annotations
 
@@ -15,13 +16,21 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
-from tests.architecture_page import PRODUCT_ROOTS, STANDARD_LIBRARY, module_files, read_page
+from tests.architecture_page import PAGE as PAGE_PATH
+from tests.architecture_page import (
+    PRODUCT_ROOTS,
+    STANDARD_LIBRARY,
+    backticked,
+    module_files,
+    read_page,
+    section,
+    table_with,
+)
 from tests.paths import REPO_ROOT
 
-MAX_LINES = 300
+LONG_MODULE_LINES = 300  # a module longer than this is named on the page with why
 PAGE = read_page()
+PAGE_TEXT = PAGE_PATH.read_text(encoding="utf-8")
 MODULES = module_files()
 
 # Calls that start a process. Long-lived: the child runs beside us (it must die with us);
@@ -167,45 +176,39 @@ def test_the_runtime_never_imports_helpers_and_only_the_libraries_its_row_names(
     assert not upward, f"the runtime imports helpers: {upward}"
 
 
-def test_no_module_is_over_300_lines():
+def page_module_lists() -> dict[Path, list[str]]:
+    """{folder: the module names its bullet in the page's module section gives}, glosses left out."""
+    lists = {}
+    for line in section(PAGE_TEXT, "## The modules").splitlines():
+        found = re.match(r"^- `([\w/]+/)`: (.*)$", line)
+        if found:
+            plain = re.sub(r"\([^()]*(?:\([^()]*\)[^()]*)*\)", "", found.group(2))  # (glosses), nested too
+            lists[Path(REPO_ROOT, found.group(1))] = backticked(plain)
+    return lists
+
+
+def test_the_page_names_every_module_of_each_package():
+    lists = page_module_lists()
+    folders = sorted(p.parent for root in PRODUCT_ROOTS for p in (REPO_ROOT / root).rglob("__init__.py")
+                     if p.parent != REPO_ROOT / "helpers")
+    assert sorted(lists) == folders, "docs/architecture.md lists the modules of exactly these folders"
+    for folder, named in lists.items():
+        present = {p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")}
+        present |= {f"{p.parent.name}/" for p in folder.glob("*/__init__.py")}
+        where = folder.relative_to(REPO_ROOT)
+        assert sorted(set(named) - present) == [], f"the page names modules {where} does not hold"
+        assert sorted(present - set(named)) == [], f"the page leaves out modules of {where}"
+
+
+def test_a_module_over_300_lines_is_named_on_the_page_with_why():
     files = list(MODULES.values()) + sorted((REPO_ROOT / "deploy").glob("*.py"))
-    sizes = {str(f.relative_to(REPO_ROOT)): len(f.read_text(encoding="utf-8").splitlines()) for f in files}
-    assert not {f: n for f, n in sizes.items() if n > MAX_LINES}, "split these by job"
-
-
-def docstring_list(doc: str, label: str) -> list[str] | None:
-    """The names in the docstring's `label:` paragraph, parenthesised glosses left out."""
-    found = re.search(rf"^{label}:(.*?)(?:\n\s*\n|\Z)", doc, re.MULTILINE | re.DOTALL)
-    if not found:
-        return None
-    text, depth, kept = found.group(1), 0, []
-    for char in text:  # drop (glosses), nested ones too
-        depth += char == "("
-        if depth == 0:
-            kept.append(char)
-        depth -= char == ")" and depth > 0
-    plain = "".join(kept).replace("`", "").strip().rstrip(".")
-    if plain.startswith("none"):
-        return []
-    return [item.strip() for item in re.split(r",|\band\b", plain) if item.strip()]
-
-
-@pytest.mark.parametrize("package", PAGE.packages)
-def test_the_package_docstring_names_its_modules_and_its_imports(package):
-    folder = Path(REPO_ROOT, *package.split("."))
-    doc = ast.get_docstring(parse(folder / "__init__.py")) or ""
-    named = docstring_list(doc, "Modules")
-    assert named is not None, f"{package}/__init__.py: its docstring needs a 'Modules:' paragraph"
-    unreadable = [n for n in named if not re.fullmatch(r"[A-Za-z_]\w*/?", n)]
-    assert not unreadable, f"{package}: 'Modules:' items are `name (what it is)`: {unreadable}"
-    present = {p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")}
-    present |= {f"{p.parent.name}/" for p in folder.glob("*/__init__.py")}
-    assert sorted(set(named) - present) == [], f"{package}'s docstring names modules that do not exist"
-    assert sorted(present - set(named)) == [], f"{package}'s docstring leaves out these modules"
-    said = docstring_list(doc, "Imports")
-    assert said is not None, f"{package}/__init__.py: its docstring needs an 'Imports:' paragraph"
-    measured = {b for a, b in EDGES if a == package}
-    assert {PAGE.resolve(name) for name in said} == measured, f"{package} imports {sorted(measured)}"
+    long = {str(f.relative_to(REPO_ROOT)) for f in files
+            if len(f.read_text(encoding="utf-8").splitlines()) > LONG_MODULE_LINES}
+    named = {backticked(row["module"])[0]: row for row in table_with(section(PAGE_TEXT, "## The modules"),
+                                                                     "why its one job is long")}
+    assert sorted(long - set(named)) == [], "over 300 lines: merge by job, or say on the page why it may grow"
+    assert sorted(set(named) - long) == [], "the page names these as long; they are not: drop their rows"
+    assert all(row["why its one job is long"] for row in named.values())
 
 
 def module_level_calls(tree: ast.Module) -> set[str]:

@@ -7,8 +7,7 @@ import tarfile
 
 import pytest
 
-from helpers.cache.archive import MANIFEST_FORMAT, MANIFEST_NAME, UnsafeArchiveError, export_cache
-from helpers.cache.archive_import import import_cache
+from helpers.cache.archive import MANIFEST_FORMAT, MANIFEST_NAME, UnsafeArchiveError, export_cache, import_cache
 from helpers.cache.demo import neff_bytes
 from helpers.cache.location import CompileCacheError, RemoteCacheError
 from helpers.cache.scan import scan_cache

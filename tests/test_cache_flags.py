@@ -117,3 +117,18 @@ def test_setup_check_reports_unusable_flags_instead_of_raising(flags, phrase):
 
     result = check_compile_cache({"NEURON_CC_FLAGS": flags}, stand_in=False)
     assert not result.ok and phrase in result.message and "NEURON_CC_FLAGS" in result.fix
+
+
+def test_every_reader_of_the_variable_refuses_unbalanced_quotes_alike():
+    from helpers.cache.location import locate_cache
+    from helpers.inside.neuron_explorer import capture_env
+    from mnist_mlp.common.compile_cache import cache_url
+    from mnist_mlp.common.precision import with_auto_cast_none
+
+    bad = "--cache_dir '/unterminated"
+    readers = [lambda: cache_url({"NEURON_CC_FLAGS": bad}), lambda: locate_cache({"NEURON_CC_FLAGS": bad}),
+               lambda: with_auto_cast_none(bad), lambda: capture_env("out", cc_flags=bad),
+               lambda: cache_flags.replace_env(bad, env={})]
+    for read in readers:
+        with pytest.raises(cache_flags.FlagsError, match=r"NEURON_CC_FLAGS=.* cannot be split .*check its quotes"):
+            read()

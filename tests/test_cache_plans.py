@@ -14,6 +14,8 @@ from helpers.cache.plans import (
     UNKNOWN_KEPT,
     Plan,
     PlanItem,
+    apply_plan,
+    check_inside,
     compiler_processes,
     lock_is_stale,
     plan_clear_stale_locks,
@@ -21,9 +23,8 @@ from helpers.cache.plans import (
     plan_remove_failed,
     plan_remove_other_versions,
 )
-from helpers.cache.removal import apply_plan, check_inside
+from helpers.cache.render import human_bytes, iso_time
 from helpers.cache.scan import scan_cache
-from helpers.cache.units import human_bytes, iso_time
 from mnist_mlp.common.platform_paths import PLATFORM_ROOT_ENV
 from tests.cache_trees import CUR_DIR, CURRENT, LEGACY_DIR, LINKED, OLD, OLD_DIR
 from tests.proc_trees import fake_process
@@ -461,7 +462,7 @@ def test_a_removal_that_fails_says_why_with_its_errno(tmp_path, immutable):
     first)."""
     import errno
 
-    from helpers.cache.removal import remove_inside
+    from helpers.cache.plans import remove_inside
 
     root = tmp_path / "cache"
     entry = root / f"neuronxcc-{CURRENT}" / "MODULE_ab+cd"

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from helpers.cache.demo import DEMO_BIG_NEFF, DEMO_FLAGS, build_demo_cache, neff_bytes
-from helpers.cache.entry import LOG_TAIL_LINES, NEFF_HEADER, neff_kind
 from helpers.cache.flags import FlagsError
-from helpers.cache.location import DEFAULT_ROOT, CacheLocation, CompileCacheError, RemoteCacheError, locate_cache
+from helpers.cache.location import CacheLocation, CompileCacheError, RemoteCacheError, locate_cache
 from helpers.cache.plans import (
     UNKNOWN_KEPT,
     plan_clear_stale_locks,
@@ -20,9 +19,8 @@ from helpers.cache.plans import (
     plan_remove_failed,
     plan_remove_other_versions,
 )
-from helpers.cache.render import render_entry
-from helpers.cache.scan import scan_cache
-from helpers.cache.units import human_bytes, parse_size, short_time
+from helpers.cache.render import human_bytes, parse_size, render_entry, short_time
+from helpers.cache.scan import LOG_TAIL_LINES, NEFF_HEADER, neff_kind, scan_cache
 from tests.cache_trees import (
     ALL_STATES,
     CUR_DIR,
@@ -209,7 +207,8 @@ def test_filters(tree):
 
 
 def test_locate_cache_order():
-    assert locate_cache({}).url == DEFAULT_ROOT
+    assert locate_cache({}).url == "/var/tmp/neuron-compile-cache"
+    assert locate_cache({"WORKBOOK_PLATFORM_ROOT": "/double"}).url == "/double/var/tmp/neuron-compile-cache"
     env = {"NEURON_COMPILE_CACHE_URL": "/data/cache"}
     assert locate_cache(env) == CacheLocation("/data/cache", "NEURON_COMPILE_CACHE_URL")
     env["NEURON_CC_FLAGS"] = "--model-type transformer --cache_dir /fast/cache -O1"

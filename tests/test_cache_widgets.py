@@ -5,10 +5,8 @@ import shutil
 
 import ipywidgets as W
 
-from helpers.cache.cache_browser import CacheBrowser
-from helpers.cache.flags_editor import FlagsEditor
 from helpers.cache.scan import scan_cache
-from helpers.cache.widget_parts import ALL, UNSET, row_label
+from helpers.cache.widgets import ALL, UNSET, CacheBrowser, FlagsEditor, row_label
 from tests.cache_trees import CUR_DIR, CURRENT, OLD, OLD_DIR
 
 

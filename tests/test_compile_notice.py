@@ -14,8 +14,9 @@ import pytest
 
 from helpers.cache.demo import neff_bytes
 from mnist_mlp.common import compile_notice
-from mnist_mlp.common.compile_cache import cache_url, compiler_flag, local_cache_dir, module_state
+from mnist_mlp.common.compile_cache import cache_url, local_cache_dir, module_state
 from mnist_mlp.common.compile_notice import CompileNotice, duration, watch_compiles
+from mnist_mlp.common.neuron_cc_flags import compiler_flag
 from tests.paths import REPO_ROOT
 from tests.trn1_double import instance_env, journal
 
@@ -362,3 +363,13 @@ def test_the_stand_in_waits_longer_before_it_speaks(monkeypatch):
     monkeypatch.setattr("mnist_mlp.common.xla_metrics.compiles_started_and_finished", lambda: (0, 0))
     assert compile_notice.notice_for_this_process({}).quiet_s == 30
     assert compile_notice.notice_for_this_process({"PJRT_DEVICE": "NEURON"}).quiet_s == 5
+
+
+def test_flags_the_wrapper_cannot_split_are_said_not_swapped_for_another_cache(tmp_path):
+    env = {"PJRT_DEVICE": "NEURON", "NEURON_CC_FLAGS": f"--cache_dir='{tmp_path}",
+           "NEURON_COMPILE_CACHE_URL": str(tmp_path / "other")}
+    lines = []
+    notice = compile_notice.notice_for_this_process(env, say=lines.append)
+    assert notice.cache_dir is None and not notice.retry_failed
+    assert len(lines) == 1 and lines[0].startswith("Compile notice: watching no compile cache: "
+                                                   "NEURON_CC_FLAGS=") and "check its quotes" in lines[0]

@@ -16,10 +16,12 @@ from helpers.setup.environment_checks import (
     check_neuron_cores_free,
     check_neuron_cores_visible,
     check_neuron_tools,
+    check_pins,
+    check_platform,
     check_tools_on_path,
     check_torchrun,
+    read_os_release,
 )
-from helpers.setup.platform_checks import check_pins, check_platform, read_os_release
 from mnist_mlp.common.backend import Backend
 from mnist_mlp.common.mnist_files import IDX_MD5, default_data_dir
 from mnist_mlp.common.paths import REPO_ROOT

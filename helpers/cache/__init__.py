@@ -2,15 +2,6 @@
 03 and the classroom tools).
 
     python -m helpers.cache ls|show|prune|export|import [--root DIR] [--dry-run] [--json]
-
-Modules: location (where the cache is), entry and scan (what is in it), plans and removal (what
-cleanup removes, and removing it), archive and archive_import (export and import), render (text
-views), units (sizes and times as people type them), command_line (`python -m helpers.cache`),
-demo (a cache in every state, for notebook 03 and the tests), flags (NEURON_CC_FLAGS),
-precompile (neuron_parallel_compile), cache_browser, flags_editor and widget_parts (the widgets
-CacheBrowser and FlagsEditor, and what they share).
-
-Imports: mnist_mlp, helpers.launch and helpers.show.
 """
 
 from mnist_mlp.common.exports import lazy_exports  # noqa: E402
@@ -21,7 +12,6 @@ __getattr__, __all__ = lazy_exports(__name__, {
     'precompile': ['cache_diff'],
     'scan': ['scan_cache'],
     'render': ['render_scan', 'render_entry'],
-    'cache_browser': ['CacheBrowser'],
+    'widgets': ['CacheBrowser', 'FlagsEditor'],
     'demo': ['DEMO_ENTRIES', 'DEMO_VERSION', 'build_demo_cache'],
-    'flags_editor': ['FlagsEditor'],
 })

@@ -10,13 +10,12 @@ import json
 import math
 import sys
 
-from helpers.cache import archive, archive_import, plans, removal
-from helpers.cache.entry import STATES
-from helpers.cache.flags import FlagsError
-from helpers.cache.location import CACHE_URL_ENV, DEFAULT_ROOT, CompileCacheError, locate_cache
-from helpers.cache.render import render_entry, render_scan
-from helpers.cache.scan import LOCK_STALE_AFTER_S, scan_cache
-from helpers.cache.units import parse_size
+from helpers.cache import archive, plans
+from helpers.cache.location import CACHE_URL_ENV, CompileCacheError, locate_cache
+from helpers.cache.render import parse_size, render_entry, render_scan
+from helpers.cache.scan import LOCK_STALE_AFTER_S, STATES, scan_cache
+from mnist_mlp.common.neuron_cc_flags import FlagsError
+from mnist_mlp.common.platform_paths import default_compile_cache
 
 PROG = "python -m helpers.cache"
 
@@ -52,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "their plan first; --dry-run stops there.")
     common = _Parser(add_help=False)
     common.add_argument("--root", help="cache directory (default: --cache_dir in NEURON_CC_FLAGS, "
-                        f"else {CACHE_URL_ENV}, else {DEFAULT_ROOT})")
+                        f"else {CACHE_URL_ENV}, else {default_compile_cache()})")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("ls", parents=[common], help="list entries and summaries")
@@ -104,7 +103,7 @@ def _prune(args, root, out) -> int:
         for plan in made:
             print(plan.render())
         print("(dry run: nothing removed)" if args.dry_run else "Applying…", flush=True)
-    results = [] if args.dry_run else [removal.apply_plan(plan, lock_age) for plan in made]
+    results = [] if args.dry_run else [plans.apply_plan(plan, lock_age) for plan in made]
     if not args.json:
         for r in results:
             print(r.render())
@@ -155,7 +154,7 @@ def main(argv=None) -> int:
             out(r.render(), {"archive": str(r.archive), "entries": r.entries, "files": r.files,
                              "size_bytes": r.size_bytes, "manifest": r.manifest})
         elif args.command == "import":
-            r = archive_import.import_cache(args.archive, root,
+            r = archive.import_cache(args.archive, root,
                                      progress=not (args.no_progress or args.json))
             out(r.render(), r.to_dict())
     except (CompileCacheError, FlagsError) as err:

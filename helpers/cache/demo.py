@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from helpers.cache.entry import NEFF_HEADER, NEFF_HEADER_SIZE
 from helpers.cache.location import CompileCacheError
+from helpers.cache.scan import NEFF_HEADER, NEFF_HEADER_SIZE
 
 
 class Neff(NamedTuple):

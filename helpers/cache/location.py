@@ -1,7 +1,6 @@
-"""Where the Neuron compile cache is, which compiler wrote it, and what filesystem holds it.
-
-Order (Neuron docs): --cache_dir in NEURON_CC_FLAGS, else NEURON_COMPILE_CACHE_URL, else
-/var/tmp/neuron-compile-cache. An s3:// cache is named but never scanned here.
+"""The cache tool's root: the cache the compiler wrapper uses (mnist_mlp.common.compile_cache
+cache_url decides which), opened with an error that says what to do, the compiler versions in
+it, and the filesystem it sits on. An s3:// cache is named but never scanned here.
 """
 from __future__ import annotations
 
@@ -9,12 +8,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.cache import flags
-from mnist_mlp.common.compile_cache import CACHE_URL_ENV, cache_url
+from helpers.launch.procfs import PROC_DIR
+from mnist_mlp.common.compile_cache import CACHE_URL_ENV, cache_url, local_dir
+from mnist_mlp.common.neuron_cc_flags import CACHE_DIR, ENV_VAR, set_flag
 
-DEFAULT_ROOT = "/var/tmp/neuron-compile-cache"  # as the docs name it; read through cache_url
 XLA_CACHE_ENV = "XLA_PERSISTENT_CACHE_PATH"  # set by torch_xla.runtime.initialize_cache
-PROC_MOUNTS = Path("/proc/mounts")
+PROC_MOUNTS = PROC_DIR / "mounts"
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "efs", "lustre", "cifs", "smb3", "ceph", "glusterfs",
                        "9p", "beegfs", "gpfs")
 
@@ -34,28 +33,23 @@ class CacheLocation:
 
     @property
     def remote(self) -> bool:
-        return "://" in self.url and not self.url.startswith("file://")
+        return local_dir(self.url) is None
 
     @property
     def path(self) -> Path:
-        if self.remote:
+        path = local_dir(self.url)
+        if path is None:
             raise RemoteCacheError(
                 f"the compile cache is {self.url} (from {self.source}), a remote cache: this tool "
                 "reads local directories only and does not scan it. List it with "
                 f"`aws s3 ls --recursive {self.url}`, or pass --root <local dir>.")
-        return Path(self.url.removeprefix("file://")).expanduser()
+        return path
 
 
 def locate_cache(env=None) -> CacheLocation:
-    """The cache Neuron would use: --cache_dir in NEURON_CC_FLAGS, else NEURON_COMPILE_CACHE_URL,
-    else /var/tmp/neuron-compile-cache. Raises FlagsError for NEURON_CC_FLAGS that cannot be
-    split, or that hold --cache_dir with no value (a mistake, not a request for the default)."""
-    env = os.environ if env is None else env
-    cache_dir = flags.get_flag(env.get(flags.ENV_VAR), "--cache_dir")
-    if cache_dir is True or cache_dir == "":
-        raise flags.FlagsError(f"{flags.ENV_VAR} has --cache_dir with no value: give it a directory "
-                         "(--cache_dir=/path) or remove it to use the default cache")
-    return CacheLocation(*cache_url(env))  # checked above; the compiler's own reading from here
+    """The cache Neuron would use, and where that came from (compile_cache.cache_url: raises
+    FlagsError for NEURON_CC_FLAGS that cannot be read)."""
+    return CacheLocation(*cache_url(env))
 
 
 def installed_compiler_version() -> str | None:
@@ -145,7 +139,6 @@ def fresh_cache(backend_name: str, directory: str | os.PathLike) -> tuple[Path, 
     a first run compiles whatever the shared cache holds; on the stand-in: torch-xla's own cache."""
     if backend_name == "neuron":
         root = Path(directory) / "neuron-cache"
-        return root, {flags.ENV_VAR: flags.set_flag(os.environ.get(flags.ENV_VAR), "--cache_dir",
-                                                    str(root))}
+        return root, {ENV_VAR: set_flag(os.environ.get(ENV_VAR), CACHE_DIR, str(root))}
     root = Path(directory) / "xla-cache"
     return root, {XLA_CACHE_ENV: str(root)}

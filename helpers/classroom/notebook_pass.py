@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from helpers.show.tables import text_table
+from mnist_mlp.common.neuron_cc_flags import CACHE_DIR, ENV_VAR, set_flag
 from mnist_mlp.common.paths import REPO_ROOT
 
 SOLUTIONS = "notebooks/solutions"
@@ -180,7 +181,6 @@ def build_classroom_cache(archive: Path, *, repo: Path = REPO_ROOT, backend: str
     On the stand-in: the same pass on XLA's CPU backend, and the set of graphs it compiled
     (what a Trainium machine compiles and the archive would hold); no archive is written.
     """
-    from helpers.cache import flags
     from helpers.cache.command_line import main as cache_cli
     from helpers.classroom.graph_record import GraphRecord, installed_torch_xla, kernel_backend, write_record
 
@@ -191,7 +191,7 @@ def build_classroom_cache(archive: Path, *, repo: Path = REPO_ROOT, backend: str
     cache_dir = Path(cache_dir or workdir / "neuron-cache").resolve()
     env = {}
     if on_neuron:  # one cache holding exactly the workbook's graphs, whatever else the machine has
-        env[flags.ENV_VAR] = flags.set_flag(os.environ.get(flags.ENV_VAR), "--cache_dir", str(cache_dir))
+        env[ENV_VAR] = set_flag(os.environ.get(ENV_VAR), CACHE_DIR, str(cache_dir))
     items = len(workbook_notebooks(repo) if notebooks is None else notebooks)
     on_line(f"Classroom cache: runs the {items} notebooks top to bottom, then each exercise "
             f"solution, as a student would; their checkpoints go to {workdir}, "

@@ -3,11 +3,11 @@ wrote (checkpoints/, results/) removed, after showing what goes."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Callable
 
+from helpers.cache.location import CompileCacheError
 from mnist_mlp.common.paths import REPO_ROOT
 
 # What `reset` removes besides restoring the notebooks: what runs wrote, all git-ignored.
@@ -42,14 +42,15 @@ def reset_plan(repo: Path) -> tuple[list[str], list[Path]]:
     return changed, outputs
 
 
-def _remove_inside(repo: Path, path: Path) -> None:
-    """Remove one run-output path; a symlink goes alone, never what it points to."""
+def _remove_output(repo: Path, path: Path) -> None:
+    """Remove one run-output path: a symlink goes alone, never what it points to; anything else
+    through the cache tool's guard (inside the checkout, no symlink on the way)."""
+    from helpers.cache.plans import remove_inside
+
     if path.is_symlink():
         path.unlink()
-        return
-    if repo.resolve() not in path.resolve().parents:
-        raise ResetError(f"{path} is not inside {repo}: not removed")
-    shutil.rmtree(path)
+    else:
+        remove_inside(repo.resolve() / path.relative_to(repo), repo)
 
 
 def reset(repo: Path = REPO_ROOT, *, yes: bool = False, ask: Callable[[str], str] | None = None,
@@ -83,8 +84,8 @@ def reset(repo: Path = REPO_ROOT, *, yes: bool = False, ask: Callable[[str], str
         if changed:
             _git(repo, "checkout", "--", "notebooks")
         for path in outputs:
-            _remove_inside(repo, path)
-    except (ResetError, OSError) as err:
+            _remove_output(repo, path)
+    except (ResetError, CompileCacheError, OSError) as err:
         out(f"make reset: {err}")
         return 2
     out("Reset done.")

@@ -1,14 +1,5 @@
-"""Looking inside a run (notebooks 02, 03, 06, 07).
-
-Modules: lazy_metrics (torch_xla's compile and execute counters), step_time (where each step's
-time goes), tensorboard (TensorBoard in JupyterLab), utilization (live utilization while a run
-trains), neuron_explorer (Neuron Explorer's commands), payoff (notebook 07's CPU-against-
-NeuronCore measurements), core_model (the cited figures its model of a NeuronCore step uses),
-crossover (where the two cross, placed only where the measurements allow), robust_timing (step
-times as medians with their spread, outliers rejected).
-
-Imports: mnist_mlp, helpers.launch and helpers.show.
-"""
+"""Looking inside a run: what torch-xla compiles and runs, where a step's time goes, and when a
+NeuronCore pays (notebooks 02, 03, 05-07)."""
 
 from mnist_mlp.common.exports import lazy_exports  # noqa: E402
 

@@ -11,6 +11,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from mnist_mlp.common.neuron_cc_flags import CACHE_DIR, ENV_VAR, set_flag
+
 DOCS_ROOT = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/"
 DOCS = {
     "capture": DOCS_ROOT + "tools/neuron-explorer/how-to-profile-workload.html",
@@ -37,25 +39,9 @@ def capture_env(output_dir, cc_flags: str | None = None) -> dict[str, str]:
     """What the environment-variable capture sets before the workload starts (system profile;
     NEURON_RT_INSPECT_DEVICE_PROFILE=1 would add device traces), with NEURON_CC_FLAGS (default:
     this process's) pointed at a new cache inside output_dir."""
-    flags = os.environ.get("NEURON_CC_FLAGS", "") if cc_flags is None else cc_flags
-    cache = f"--cache_dir={Path(output_dir) / CAPTURE_CACHE}"
+    flags = os.environ.get(ENV_VAR) if cc_flags is None else cc_flags
     return {"NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_OUTPUT_DIR": str(output_dir),
-            **COMPILE_DEBUG_ENV, "NEURON_CC_FLAGS": shlex.join([*_without_cache_dir(flags), cache])}
-
-
-def _without_cache_dir(flags: str) -> list[str]:
-    """NEURON_CC_FLAGS' tokens less every --cache_dir, `--cache_dir=x` or `--cache_dir x` (both
-    spellings the compiler's wrapper reads: mnist_mlp.common.compile_cache.compiler_flag)."""
-    tokens, kept = shlex.split(flags), []
-    skip_value = False
-    for token in tokens:
-        if skip_value and not token.startswith("-"):
-            skip_value = False
-            continue
-        skip_value = token == "--cache_dir"
-        if not skip_value and not token.startswith("--cache_dir="):
-            kept.append(token)
-    return kept
+            **COMPILE_DEBUG_ENV, ENV_VAR: set_flag(flags, CACHE_DIR, str(Path(output_dir) / CAPTURE_CACHE))}
 
 
 def workload(steps: int = 30, script: str = "mnist_mlp/train.py") -> list[str]:

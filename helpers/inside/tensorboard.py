@@ -26,8 +26,9 @@ import urllib.request
 import weakref
 from pathlib import Path
 
-from helpers.launch.processes import free_port, stop_process_tree
+from helpers.launch.processes import free_port
 from mnist_mlp.common import child_process
+from mnist_mlp.common.child_process import stop_process_tree
 from mnist_mlp.common.observe import LOSS_TAG, STEP_TRACE_NAME  # noqa: F401  (what the scripts write)
 
 # What %tensorboard embeds when this is set (%PORT% is replaced by its port): through the

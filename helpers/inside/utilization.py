@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from helpers.launch.processes import stop_process_tree
 from mnist_mlp.common import child_process
+from mnist_mlp.common.child_process import stop_process_tree
 
 # neuron-monitor's configuration (Neuron Monitor User Guide, v2.31.0): every Neuron runtime on
 # the host, a report each second, the metric groups this widget reads.

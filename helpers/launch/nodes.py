@@ -106,7 +106,8 @@ def run_nodes(script: str | os.PathLike, script_args: Sequence[str] = (), *,
     import shlex
     import time
 
-    from helpers.launch.processes import CommandFailed, CommandTimedOut, start_streamed, stop_process_tree
+    from helpers.launch.processes import CommandFailed, CommandTimedOut, start_streamed
+    from mnist_mlp.common.child_process import stop_process_tree
 
     if timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")

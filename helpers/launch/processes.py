@@ -10,7 +10,6 @@ import os
 import queue
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -19,15 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-import psutil
-
 from mnist_mlp.common import child_process
+from mnist_mlp.common.child_process import stop_process_tree
 
 # torchrun's own per-rank line prefix, global rank (so two nodes' ranks differ too).
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
-# How long stopped processes get to exit on SIGTERM before SIGKILL.
-STOP_GRACE_S = 5.0
 # How many of a failing command's last lines go into the exception when there is no summary.
 ERROR_TAIL_LINES = 25
 # Variables this process set for itself alone, and what a command it starts gets instead (None:
@@ -118,49 +114,6 @@ def start_streamed(cmd: Sequence[str], sink: queue.Queue, tag, *,
     stream = io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace", newline="")
     threading.Thread(target=_pump_lines, args=(stream, sink, tag), daemon=True).start()
     return proc
-
-
-def _is_alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def stop_process_tree(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> list[int]:
-    """SIGTERM the process, its group and every descendant; SIGKILL what is left after grace_s.
-
-    Returns the pids it stopped. The descendants are collected first: once torchrun dies its
-    workers are re-parented and could no longer be found through it.
-    """
-    try:
-        family = [psutil.Process(proc.pid)]
-        family += family[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        family = []
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)  # the group start_new_session gave it
-        except ProcessLookupError:
-            pass
-        for member in family:
-            try:
-                member.send_signal(sig)  # members in sessions of their own (torchrun workers)
-            except psutil.NoSuchProcess:
-                pass
-        deadline = time.monotonic() + grace_s
-        while any(_is_alive(m) for m in family) and time.monotonic() < deadline:
-            try:
-                proc.wait(timeout=0.1)  # reap our own child so it does not linger as a zombie
-            except subprocess.TimeoutExpired:
-                pass
-        if not any(_is_alive(m) for m in family):
-            break
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    return [m.pid for m in family]
 
 
 # A run's summary: what a later run in the same notebook shows instead of its whole log (the

@@ -1,19 +1,4 @@
-"""What the four stage scripts share, kept out of the way of the lesson they teach.
-
-Modules: cli (their command line), results (the end of a run), tracking and observe (step
-counting, what a run records), evaluation (test accuracy), data (the loaders), download,
-mnist_files, mnist_sources and nielsen_idx (MNIST fetched and verified), backend (which device,
-said in one line), distributed (the data-parallel pieces), precision (BF16), xla_metrics
-(PyTorch/XLA's compile counters), compile_cache (the Neuron compile cache's location and its
-entries' states), compile_notice (a long compile said in the log while it runs), atomic_files
-(atomic, durable writes), child_process (the one way a process that runs beside us starts),
-startup (what a process does once at its start), paths (where the workbook keeps what it
-makes), platform_paths (the Neuron platform's fixed paths, the one seam a test double plugs
-into), errors (errors the layers share).
-
-Imports: mnist_mlp.model only from the package above; torch, torchvision, torch-xla,
-torch-neuronx, numpy and the standard library.
-"""
+"""What the four stage scripts share, kept out of the way of the lesson they teach."""
 
 from mnist_mlp.common.exports import lazy_exports  # noqa: E402  (its own module)
 

@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import stat
 import struct
 from pathlib import Path
 
+from mnist_mlp.common.neuron_cc_flags import CACHE_DIR, ENV_VAR, FlagsError, compiler_flag
 from mnist_mlp.common.platform_paths import default_compile_cache
 
 STATES = ("done", "failed", "locked", "incomplete", "unknown")  # unknown: no cleanup removes it
-CACHE_DIR_FLAG = "--cache_dir"
 CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
-COMPILER_FLAGS_ENV = "NEURON_CC_FLAGS"
-RETRY_FAILED_FLAG = "--retry_failed_compilation"
 FAILURE_MAX_BYTES = 4096  # of a failed NEFF's text, read and shown
 NEFF_HEADER = struct.Struct("<QQQ")  # packaging version (1 or 2), header size (1024), data size
 NEFF_HEADER_SIZE = 1024
@@ -148,40 +145,31 @@ def module_entries(root: Path) -> dict[str, Path]:
     return found
 
 
-def compiler_flag(name: str, env=None) -> str | bool | None:
-    """A flag's value in NEURON_CC_FLAGS (`--flag=value` or `--flag value`), True for a flag
-    given without one, None when absent or when the variable cannot be split. The last one given
-    wins, as with argparse and the cache tool (helpers.cache.flags.get_flag)."""
-    env = os.environ if env is None else env
-    try:
-        tokens = shlex.split(env.get(COMPILER_FLAGS_ENV, ""))
-    except ValueError:
-        return None
-    found = None
-    for i, token in enumerate(tokens):
-        if token.startswith(f"{name}="):
-            found = token.split("=", 1)[1]
-        elif token == name:
-            following = tokens[i + 1] if i + 1 < len(tokens) else ""
-            found = following if following and not following.startswith("-") else True
-    return found
-
-
 def cache_url(env=None) -> tuple[str, str]:
     """(the cache the compiler wrapper uses, where that came from): --cache_dir in
-    NEURON_CC_FLAGS, else NEURON_COMPILE_CACHE_URL, else /var/tmp/neuron-compile-cache."""
+    NEURON_CC_FLAGS (the last one given), else NEURON_COMPILE_CACHE_URL, else the Neuron default
+    (/var/tmp/neuron-compile-cache, under platform_paths' root). Raises FlagsError for
+    NEURON_CC_FLAGS that cannot be split, or that hold --cache_dir with no value (a mistake, not
+    a request for the default)."""
     env = os.environ if env is None else env
-    cache_dir = compiler_flag(CACHE_DIR_FLAG, env)
-    if isinstance(cache_dir, str) and cache_dir:
-        return cache_dir, f"{CACHE_DIR_FLAG} in {COMPILER_FLAGS_ENV}"
+    cache_dir = compiler_flag(CACHE_DIR, env)
+    if cache_dir is True or cache_dir == "":
+        raise FlagsError(f"{ENV_VAR} has --cache_dir with no value: give it a directory "
+                         "(--cache_dir=/path) or remove it to use the default cache")
+    if cache_dir:
+        return cache_dir, f"{CACHE_DIR} in {ENV_VAR}"
     if env.get(CACHE_URL_ENV):
         return env[CACHE_URL_ENV], CACHE_URL_ENV
     return str(default_compile_cache(env)), "the Neuron default"
 
 
-def local_cache_dir(env=None) -> Path | None:
-    """cache_url() as a local directory; None for a remote (s3://) cache."""
-    url, _ = cache_url(env)
+def local_dir(url: str) -> Path | None:
+    """A cache URL as a local directory; None for a remote (s3://) cache."""
     if "://" in url and not url.startswith("file://"):
         return None
     return Path(url.removeprefix("file://")).expanduser()
+
+
+def local_cache_dir(env=None) -> Path | None:
+    """cache_url() as a local directory; None for a remote (s3://) cache."""
+    return local_dir(cache_url(env)[0])

@@ -23,13 +23,8 @@ import threading
 import time
 from pathlib import Path
 
-from mnist_mlp.common.compile_cache import (
-    RETRY_FAILED_FLAG,
-    compiler_flag,
-    local_cache_dir,
-    module_entries,
-    module_state,
-)
+from mnist_mlp.common.compile_cache import local_cache_dir, module_entries, module_state
+from mnist_mlp.common.neuron_cc_flags import ENV_VAR, RETRY_FAILED, FlagsError, compiler_flag
 
 QUIET_S = 5.0  # a compile shorter than this prints nothing
 # By backend (this module is where the notice's backend values live): on a trn1 any compile over
@@ -161,7 +156,7 @@ class CompileNotice:
             if state == "done":
                 self._settled.add(key)
             if before == "failed":
-                why = (f"{key} failed before; {RETRY_FAILED_FLAG} compiles it again"
+                why = (f"{key} failed before; {RETRY_FAILED} compiles it again"
                        if state == "locked" else None)
             else:
                 why = f"{key} is not in the compile cache {self.cache_dir}"
@@ -188,7 +183,7 @@ class CompileNotice:
             key = self._entry[0]
             if module_state(self.cache_dir / key) == "failed":
                 return (f"Compile failed after {duration(elapsed)}: {key} now holds a failed entry; "
-                        f"a run that meets it stops unless NEURON_CC_FLAGS has {RETRY_FAILED_FLAG}")
+                        f"a run that meets it stops unless {ENV_VAR} has {RETRY_FAILED}")
             return f"Compiled a graph in {duration(elapsed)} ({key})"
         return f"Compiled a graph in {duration(elapsed)}"
 
@@ -216,9 +211,14 @@ def notice_for_this_process(env=None, say=None, **options) -> CompileNotice:
     env = os.environ if env is None else env
     on_neuron = env.get("PJRT_DEVICE", "").upper() == "NEURON"
     options.setdefault("quiet_s", QUIET_S_BY_BACKEND["neuron" if on_neuron else "xla-cpu"])
-    return CompileNotice(counters=compiles_started_and_finished, say=say,
-                         cache_dir=local_cache_dir(env) if on_neuron else None,
-                         retry_failed=compiler_flag(RETRY_FAILED_FLAG, env) is True, **options)
+    try:
+        cache_dir = local_cache_dir(env) if on_neuron else None
+        retry_failed = compiler_flag(RETRY_FAILED, env) is True
+    except FlagsError as err:  # the wrapper cannot read them either: say so, watch no cache
+        (say or _say)(f"Compile notice: watching no compile cache: {err}")
+        cache_dir, retry_failed = None, False
+    return CompileNotice(counters=compiles_started_and_finished, say=say, cache_dir=cache_dir,
+                         retry_failed=retry_failed, **options)
 
 
 @contextlib.contextmanager
@@ -241,5 +241,5 @@ def watch_compiles(env=None, say=None):
                 keys = ", ".join(failed[:3])
                 notice.say(f"The compile cache {notice.cache_dir} holds entries whose compile failed "
                            f"before ({keys}): the compiler wrapper skips such a graph and the run "
-                           f"stops; fix the cause, then add {RETRY_FAILED_FLAG} to NEURON_CC_FLAGS")
+                           f"stops; fix the cause, then add {RETRY_FAILED} to {ENV_VAR}")
             raise

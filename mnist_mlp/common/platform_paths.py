@@ -2,12 +2,10 @@
 
 On every real machine these are the absolute paths the Neuron driver, runtime and compiler use
 (`/dev/neuron*`, `/sys/devices/virtual/neuron_device`, the DMI product name, `/etc/os-release`,
-the default compile cache `/var/tmp/neuron-compile-cache`). WORKBOOK_PLATFORM_ROOT, when set, names a directory that
-stands for `/` for these paths only. Nothing sets it but the tests: `tests/trn1_double` builds a
-trn1.2xlarge's tree there and runs the workbook through it. It is read at each call, so a
-process sees the platform its environment names. A process whose WORKBOOK_PLATFORM_ROOT differs
-from ours runs on another machine: the cache tool counts no compiler of another platform root
-(helpers/cache/plans.py compiler_processes). Unset in both is the same machine.
+the default compile cache `/var/tmp/neuron-compile-cache`). WORKBOOK_PLATFORM_ROOT, when set,
+names a directory that stands for `/` for these paths only. Nothing sets it but the tests: the
+trn1 double builds a trn1.2xlarge's tree there. It is read at each call, so a process sees the
+platform its environment names; a process whose root differs from ours runs on another machine.
 """
 from __future__ import annotations
 

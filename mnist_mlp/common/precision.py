@@ -4,9 +4,10 @@ and the environment the Neuron runtime and compiler read for each mode."""
 from __future__ import annotations
 
 import os
-import shlex
 
 import torch
+
+from mnist_mlp.common.neuron_cc_flags import ENV_VAR, set_flag
 
 # --precision values. fp32: as train.py. bf16: the model in BF16, every update rounded to
 # nearest. bf16-sr: the same with stochastic rounding. bf16-master: BF16 model, FP32 master
@@ -15,7 +16,6 @@ PRECISIONS = ("fp32", "bf16", "bf16-sr", "bf16-master", "autocast")
 BF16_MODEL = ("bf16", "bf16-sr", "bf16-master")  # the modes whose model is cast to BF16
 
 STOCHASTIC_ROUNDING_ENV = "NEURON_RT_STOCHASTIC_ROUNDING_EN"
-COMPILER_FLAGS_ENV = "NEURON_CC_FLAGS"
 DEPRECATED_BF16_ENV = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
 
 # BF16 keeps 8 significant bits, so the BF16 values next to a BF16 value r lie 1/256 to 1/128
@@ -140,19 +140,7 @@ def parameter_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | N
 def with_auto_cast_none(flags: str | None) -> str:
     """NEURON_CC_FLAGS with `--auto-cast=none` in place of any --auto-cast given, every other
     flag (cache dir, model type, ...) kept as it was."""
-    tokens = shlex.split(flags or "")
-    kept, skip_value = [], False
-    for token in tokens:
-        if skip_value:
-            skip_value = False
-            continue
-        if token == "--auto-cast":
-            skip_value = True  # `--auto-cast matmult`: drop its value too
-            continue
-        if token.startswith("--auto-cast="):
-            continue
-        kept.append(token)
-    return shlex.join(kept + ["--auto-cast=none"])
+    return set_flag(flags, "--auto-cast", "none")
 
 
 def deprecated_bf16_env_error(env=None) -> str | None:
@@ -191,6 +179,6 @@ def describe(precision: str, on_neuron: bool) -> str:
         "bf16-sr": "BF16 weights, gradients and activations, loss in FP32",
         "bf16-master": "BF16 model, FP32 master weights in the optimizer, loss in FP32",
         "autocast": (f"FP32 weights, forward pass under torch.autocast(bfloat16); "
-                     f"{COMPILER_FLAGS_ENV} gets --auto-cast=none"),
+                     f"{ENV_VAR} gets --auto-cast=none"),
     }[precision]
     return f"Precision: {precision} | {what} | {rounding}"

@@ -17,7 +17,8 @@ import urllib.request
 from pathlib import Path
 
 from helpers.classroom.reset import RUN_OUTPUTS
-from helpers.launch.processes import free_port, stop_process_tree
+from helpers.launch.processes import free_port
+from mnist_mlp.common.child_process import stop_process_tree
 from tests.browser.find_browser import HOW_TO_GET_ONE, find_chromium, looked_at
 
 # Flags that work headless as root in a container (no sandbox, no GPU, nothing phoning home).

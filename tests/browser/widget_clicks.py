@@ -1,5 +1,5 @@
 """Clicking through the compile-cache widgets in the page, as a learner would, and reading back
-what they show. Widgets are found by the CSS classes helpers/cache/cache_browser.py and flags_editor.py give them."""
+what they show. Widgets are found by the CSS classes helpers/cache/widgets.py gives them."""
 from __future__ import annotations
 
 import re

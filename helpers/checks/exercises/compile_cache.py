@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from helpers.checks.exercises.feedback import NOT_YET, RIGHT, WRONG, Feedback
+from mnist_mlp.common.neuron_cc_flags import ENV_VAR, FlagsError, get_flag
 
 # True: the change gives the graph another hash, another compiler or other flags: a cache miss.
 CACHE_KEY_ANSWERS = {
@@ -35,24 +36,23 @@ def check_cache_key(answers: dict) -> Feedback:
 
 def check_cache_dir_flag(env: dict, wanted_dir: str, keep: dict[str, str]) -> Feedback:
     """03, exercise 2: env's NEURON_CC_FLAGS puts the cache in wanted_dir and keeps the flags in keep."""
-    from helpers.cache import flags as cache_flags
     from helpers.cache.location import CompileCacheError, locate_cache
 
     name = "Exercise 03.2 (move the cache with NEURON_CC_FLAGS)"
-    hint = (f"the cache wrapper reads its directory from --cache_dir=<dir> in {cache_flags.ENV_VAR}: add "
+    hint = (f"the cache wrapper reads its directory from --cache_dir=<dir> in {ENV_VAR}: add "
             "it to the string already there (a space between flags).")
     try:
         location = locate_cache(env)
-        kept = {flag: cache_flags.get_flag(env.get(cache_flags.ENV_VAR), flag) for flag in keep}
-    except (CompileCacheError, cache_flags.FlagsError, ValueError) as err:
-        return Feedback(name, WRONG, f"{cache_flags.ENV_VAR} does not parse: {err}", hint)
+        kept = {flag: get_flag(env.get(ENV_VAR), flag) for flag in keep}
+    except (CompileCacheError, FlagsError) as err:
+        return Feedback(name, WRONG, f"{ENV_VAR} does not parse: {err}", hint)
     lost = [flag for flag, value in keep.items() if kept[flag] != value]
     if location.remote or location.path is None or Path(location.path) != Path(wanted_dir):
-        return Feedback(name, NOT_YET if cache_flags.get_flag(env.get(cache_flags.ENV_VAR), "--cache_dir") is None
+        return Feedback(name, NOT_YET if get_flag(env.get(ENV_VAR), "--cache_dir") is None
                         else WRONG, f"the next run would use {location.url} (from "
                         f"{location.source}), not {wanted_dir}.", hint)
     if lost:
         return Feedback(name, WRONG, f"the cache moves, but {', '.join(lost)} was lost on the way.",
                         hint)
-    return Feedback(name, RIGHT, f"{cache_flags.ENV_VAR}={env[cache_flags.ENV_VAR]!r}: the cache moves to "
+    return Feedback(name, RIGHT, f"{ENV_VAR}={env[ENV_VAR]!r}: the cache moves to "
                     f"{wanted_dir} and your other flags stay.")

@@ -1,33 +1,68 @@
-"""CacheBrowser: the compile cache as a widget (notebook 03): a summary, a filterable table, an
-entry's details, and cleanup that shows its plan before anything is removed (only
-`confirm_button` removes). Every control is an attribute with a stable description and CSS
-class (cc-…), so tests and readers can drive it: set `.value`, call `.click()`."""
+"""The cache as widgets (notebook 03). CacheBrowser: a summary, a filterable table, an entry's
+details, and cleanup that shows its plan before anything is removed (only `confirm_button`
+removes). FlagsEditor: NEURON_CC_FLAGS edited without losing the flags already set (the text
+box is the truth, the controls read and write single flags in it). Every control is an
+attribute with a stable description and CSS class (cc-…), so tests and readers can drive it:
+set `.value`, call `.click()`.
+"""
 from __future__ import annotations
 
 import html
+import os
 import re
 
 import ipywidgets as W
 
-from helpers.cache import plans, removal
+from helpers.cache import flags as cache_flags
+from helpers.cache import plans
 from helpers.cache.location import CompileCacheError, installed_compiler_version, same_compiler_version, version_order
-from helpers.cache.render import render_entry
+from helpers.cache.render import human_bytes, parse_size, render_entry, short_time
 from helpers.cache.scan import LOCK_STALE_AFTER_S, STATES, CacheScan, scan_cache
-from helpers.cache.units import human_bytes, parse_size
-from helpers.cache.widget_parts import (
-    ALL,
-    ERROR,
-    FULL,
-    LABEL,
-    NOTE,
-    STYLE,
-    button,
-    coloured,
-    pre_html,
-    row_label,
-    row_layout,
-    with_text,
-)
+
+STYLE = W.HTML("<style>.cc-mono select, .cc-mono pre {font-family: monospace; font-size: 12px}"
+              ".cc-scroll {overflow-x: auto}</style>")
+ALL = "(all)"
+UNSET = "(unset)"
+LABEL = {"description_width": "initial"}  # descriptions never cut to "Keep vers…"
+FULL = "99%"  # of the output area: 100% plus a widget's 2 px margin would overflow it
+
+
+def row_layout() -> W.Layout:
+    """A row that wraps where the output area is narrow."""
+    return W.Layout(flex_flow="row wrap", align_items="center", width=FULL)
+
+
+ERROR, NOTE, OK = "#b00", "#a60", "#070"
+
+
+def pre_html(text: str) -> str:
+    return f"<pre style='white-space: pre-wrap; margin: 0'>{html.escape(text)}</pre>"
+
+
+def coloured(text: str, colour: str, pre: bool = False) -> str:
+    body = pre_html(text) if pre else f"<b>{html.escape(text)}</b>"
+    return f"<div style='color:{colour}'>{body}</div>"
+
+
+def with_text(bundle, text: str):
+    """A widget's display bundle with `text` as its text/plain."""
+    bundle = dict(bundle or {})
+    bundle["text/plain"] = text
+    return bundle
+
+
+def button(description: str, tooltip: str, css: str, **kwargs) -> W.Button:
+    b = W.Button(description=description, tooltip=tooltip, layout=W.Layout(width="auto"),
+                 **kwargs)
+    b.add_class(css)
+    return b
+
+
+def row_label(e) -> str:
+    """One table row: state, size, last use, compiler version, MODULE_ name (fits ~800 px)."""
+    name = e.key.split("/", 1)[-1]
+    return (f"{e.state:<10} {human_bytes(e.size_bytes):>10}  {short_time(e.last_used)}  "
+            f"{e.compiler_version:<22} {name}")
 
 
 class CacheBrowser:
@@ -224,8 +259,8 @@ class CacheBrowser:
         if not removable:
             self.message.value = "Nothing to remove."
 
-    def confirm(self) -> list[removal.ApplyResult]:
-        results = [removal.apply_plan(p, self.min_lock_age_s) for p in self.pending]
+    def confirm(self) -> list[plans.ApplyResult]:
+        results = [plans.apply_plan(p, self.min_lock_age_s) for p in self.pending]
         self.pending = []
         self.confirm_button.disabled = self.cancel_button.disabled = True
         self.plan_view.value = ""
@@ -253,3 +288,108 @@ class CacheBrowser:
                                        "buttons are off.", NOTE)
 
 
+class FlagsEditor:
+    """Edit NEURON_CC_FLAGS: the text is the truth; the controls read and write single flags
+    in it, so flags they do not know about are kept as they are. Apply writes the
+    environment (`env`, os.environ by default); the compiler wrapper reads it at each compile."""
+
+    def __init__(self, env=None):
+        self.env = os.environ if env is None else env
+        self._syncing = False
+        self.text = W.Text(description=cache_flags.ENV_VAR, layout=W.Layout(width=FULL), style=LABEL,
+                           tooltip="the whole variable: edit it freely")
+        self.cache_dir = W.Text(description="--cache_dir", style=LABEL,
+                                placeholder="empty: the default cache (see locate_cache)",
+                                layout=W.Layout(width=FULL),
+                                tooltip="where the persistent cache lives (a directory or s3://)")
+        spaced = dict(width="auto", margin="2px 1.5em 2px 2px")
+        self.retry = W.Checkbox(description="--retry_failed_compilation", indent=False,
+                                layout=W.Layout(**spaced),
+                                tooltip="compile again graphs whose failure is cached")
+        self.no_cache = W.Checkbox(description="--no_cache", indent=False,
+                                   layout=W.Layout(**spaced),
+                                   tooltip="do not read or write the persistent cache")
+        self.log_level = W.Dropdown(options=[UNSET, *cache_flags.LOG_LEVELS], description="--log_level",
+                                    tooltip="how much the compiler wrapper logs", style=LABEL,
+                                    layout=W.Layout(**spaced))
+        self.auto_cast = W.Dropdown(options=[UNSET, *cache_flags.AUTO_CAST], description="--auto-cast",
+                                    tooltip="neuronx-cc: which operations to cast down",
+                                    style=LABEL, layout=W.Layout(**spaced))
+        self.model_type = W.Dropdown(options=[UNSET, *cache_flags.MODEL_TYPES], description="--model-type",
+                                     tooltip="neuronx-cc: optimisations for a model family",
+                                     style=LABEL, layout=W.Layout(**spaced))
+        self.apply_button = button("Apply", f"write {cache_flags.ENV_VAR} to the environment",
+                                    "cc-flags-apply", button_style="primary")
+        self.reload_button = button("Reload from environment", f"read {cache_flags.ENV_VAR} again, "
+                                     "dropping unapplied edits", "cc-flags-reload")
+        self.message = W.HTML()
+        self._controls = {"--cache_dir": self.cache_dir, "--retry_failed_compilation": self.retry,
+                          "--no_cache": self.no_cache, "--log_level": self.log_level,
+                          "--auto-cast": self.auto_cast, "--model-type": self.model_type}
+        for name, control in self._controls.items():
+            control.add_class("cc-flag" + name.replace("_", "-"))
+            control.observe(lambda change, name=name: self._control_changed(name, change["new"]),
+                            names="value")
+        self.text.add_class("cc-flags-text")
+        self.text.observe(lambda _: self._text_changed(), names="value")
+        self.apply_button.on_click(lambda _: self.apply())
+        self.reload_button.on_click(lambda _: self.reload())
+        self.widget = W.VBox([
+            self.text, self.cache_dir,
+            W.HBox([self.retry, self.no_cache], layout=row_layout()),
+            W.HBox([self.log_level, self.auto_cast, self.model_type], layout=row_layout()),
+            W.HBox([self.apply_button, self.reload_button], layout=row_layout()), self.message,
+        ], layout=W.Layout(width="100%"))
+        self.widget.add_class("cc-flags-editor")
+        self.reload()
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_text(self.widget._repr_mimebundle_(**kwargs), self.summary())
+
+    def summary(self) -> str:
+        """The flags being edited, as one line (the editor's plain-text form)."""
+        return f"FlagsEditor: {cache_flags.ENV_VAR}={self.text.value!r}"
+
+    def reload(self) -> None:
+        self.text.value = self.env.get(cache_flags.ENV_VAR, "")
+        self.message.value = ""
+
+    def _control_changed(self, name: str, value) -> None:
+        if self._syncing:
+            return
+        if isinstance(value, str):
+            value = False if value in ("", UNSET) else value.strip()
+        try:
+            self.text.value = cache_flags.set_flag(self.text.value, name, value)
+        except cache_flags.FlagsError as err:
+            self.message.value = coloured(str(err), ERROR)
+
+    def _text_changed(self) -> None:
+        try:
+            flags = self.text.value
+            values = {name: cache_flags.get_flag(flags, name) for name in self._controls}
+        except cache_flags.FlagsError as err:
+            self.message.value = coloured(str(err), ERROR)
+            return
+        self.message.value = ""
+        self._syncing = True
+        try:
+            for name, control in self._controls.items():
+                v = values[name]
+                if isinstance(control, W.Checkbox):
+                    control.value = v is True
+                elif isinstance(control, W.Dropdown):
+                    control.value = v if v in control.options else UNSET
+                else:
+                    control.value = v if isinstance(v, str) else ""
+        finally:
+            self._syncing = False
+
+    def apply(self) -> cache_flags.FlagsChange | None:
+        try:
+            change = cache_flags.replace_env(self.text.value, self.env)
+        except cache_flags.FlagsError as err:
+            self.message.value = coloured(str(err), ERROR)
+            return None
+        self.message.value = coloured(change.message(), NOTE if change.note else OK, pre=True)
+        return change
