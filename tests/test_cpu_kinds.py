@@ -110,3 +110,28 @@ def test_the_training_figures_read_the_same_with_and_without_avx512(script_runs,
                                         LOWERED, lineterm="")))
     assert not problems, "\n\n".join(problems)
     assert sum(len(cells) for cells in figures[HIGHEST].values()) >= 6  # every figure cell ran
+
+
+
+def test_every_figure_cell_is_found_once_in_the_committed_notebooks():
+    """A notebook edit that moves or rewrites a figure cell fails here, in make test-quick, not
+    only after the two training runs; what runs of each cell imports none of the names the run
+    provides, and leaves out the graph-count check."""
+    import ast
+
+    from tests.cpu_kinds import FIGURE_CELLS, NOT_FIGURES, PROVIDED, figure_cells, without_provided_imports
+
+    for notebook, lines in FIGURE_CELLS.items():
+        cells = figure_cells(notebook)
+        assert len(cells) == len(lines) == len({index for index, _ in cells})
+        for _, source in cells:
+            tree = without_provided_imports(source)
+            imported = {a.asname or a.name for node in ast.walk(tree)
+                        if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names}
+            assert not imported & PROVIDED
+            assert not any(isinstance(node, ast.Constant) and node.value in NOT_FIGURES
+                           for node in ast.walk(tree))
+    left_out = without_provided_imports('from helpers.launch import run_streaming, summary_only\n'
+                                        'check("every mode compiled the graphs expected here", True)\n'
+                                        'check("kept", True)\n')
+    assert ast.unparse(left_out) == "from helpers.launch import summary_only\ncheck('kept', True)"
