@@ -1,24 +1,15 @@
 """How `make venv` builds the workbook's venv on this machine: which torch it uses and where from.
 
-Three paths, decided here (and nowhere else) from what is on disk:
-
-* dlami: the Neuron 2.31 "Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04)" ships its PyTorch
-  in /opt/aws_neuronx_venv_pytorch_2_9 (Neuron DLAMI User Guide, v2.31.0). When that venv holds
-  exactly our pins (torch, torch-xla, torchvision from requirements.txt; torch-neuronx, neuronx-cc
-  from requirements-neuron.txt) the workbook's venv is layered on it: a new venv made by the same
-  interpreter, whose site-packages carry a .pth file that adds the DLAMI venv's site-packages
-  after its own. pip then finds torch & co. already installed and downloads only the notebook
-  packages; the DLAMI venv itself is never written to. (`python -m venv --system-site-packages`
-  run by the DLAMI venv's python would not do: a venv made from a venv points at the interpreter
-  underneath, so it sees /usr's packages, not the DLAMI venv's.) Different versions: refused, with
-  what to do, because a second torch over the DLAMI's would shadow the one torch-neuronx was
-  built for.
-* cpu-index: a Trainium host (a Neuron device node) without that venv, e.g. plain Ubuntu 24.04:
-  a fresh venv, with torch and torchvision from PyTorch's CPU wheel index
-  (`--extra-index-url https://download.pytorch.org/whl/cpu`, the index PyTorch's install commands
-  name for "CPU only" and the Neuron setup guide names beside its own for TorchNeuron), so none
-  of the CUDA libraries PyPI's Linux torch depends on come down.
-* pypi: anywhere else (a laptop, CI): a fresh venv and everything from PyPI, as it always was.
+* dlami: the Neuron 2.31 "Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04)" keeps its PyTorch in
+  /opt/aws_neuronx_venv_pytorch_2_9 (Neuron DLAMI User Guide, v2.31.0). When it holds exactly our
+  pins, the workbook's venv is layered on it: pip then downloads only the notebook packages, and
+  the DLAMI venv is never written to. Layered is a .pth file adding the DLAMI venv's site-packages
+  after the new venv's own (`--system-site-packages` would not do: a venv made from a venv sees
+  /usr's packages, not the DLAMI venv's). Other versions there are refused: a second torch over
+  the DLAMI's would shadow the one torch-neuronx was built for.
+* cpu-index: a Trainium host without that venv: torch from PyTorch's CPU wheel index (the one the
+  Neuron setup guide names beside its own), so none of PyPI's CUDA libraries come down.
+* pypi: anywhere else (a laptop, CI): everything from PyPI.
 
 Standard library only, and it never imports torch: the Makefile runs it with the system python
 before any venv exists. `python3 -m helpers.setup.venv_plan --venv .venv --dry-run` prints the plan.
