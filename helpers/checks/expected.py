@@ -35,10 +35,6 @@ class Fact:
     inferred: bool = False  # True: reasoned from the docs, not read off a published log
 
 
-def _facts(**facts: Fact) -> dict[str, Fact]:
-    return facts
-
-
 # Graphs compiled by one training run: the tutorial's 2022 log shows two NEFF compiles for
 # train.py (MODULE_0_SyncTensorsGraph.318, MODULE_1_SyncTensorsGraph.390): PyTorch 1.x's
 # zero_grad() zeroed the gradients, so step 1 (no .grad yet) traced another graph than step 2.
@@ -46,7 +42,7 @@ def _facts(**facts: Fact) -> dict[str, Fact]:
 _NEURON_TRAIN_GRAPHS = Fact(frozenset({1, 2}), f"{MLP_TUTORIAL} (its train.py log: two "
                             "NEFF compiles, from PyTorch 1.x; one with PyTorch 2.x)", inferred=True)
 
-_XLA_CPU = _facts(
+_XLA_CPU: dict[str, Fact] = dict(
     train_graphs=Fact(frozenset({1}), STAND_IN),
     bf16_graphs=Fact({mode: frozenset({1}) for mode in PRECISIONS}, STAND_IN),
     trial_graphs=Fact(frozenset({1}), STAND_IN),
@@ -66,7 +62,7 @@ _XLA_CPU = _facts(
                               + STAND_IN),
 )
 
-_NEURON = _facts(
+_NEURON: dict[str, Fact] = dict(
     train_graphs=_NEURON_TRAIN_GRAPHS,
     bf16_graphs=Fact({mode: frozenset({1, 2}) for mode in PRECISIONS},
                      f"{MLP_TUTORIAL}: as train.py, one loop per mode", inferred=True),
