@@ -57,13 +57,6 @@ def progress_bar(total: int, desc: str, enabled: bool):
                 disable=not enabled, file=sys.stderr)
 
 
-def _members(e: Entry) -> list[tuple[Path, str]]:
-    """(file, name in the archive) of an entry's regular files, lock files left out."""
-    if e.layout == "xla":
-        return [(e.path, e.key)]
-    return [(e.path / n, f"{e.key}/{n}") for n in e.files if not n.endswith(".lock")]
-
-
 def export_cache(root, archive: str | os.PathLike, versions=None,
                  progress: bool = True) -> ExportResult:
     """Write a tar.gz of the cache's done entries (or those of the chosen compiler versions)
@@ -88,7 +81,9 @@ def export_cache(root, archive: str | os.PathLike, versions=None,
     members, listed = [], []
     for e in chosen:
         files = {}
-        for path, arcname in _members(e):
+        entry_files = ([(e.path, e.key)] if e.layout == "xla" else  # lock files never travel
+                       [(e.path / n, f"{e.key}/{n}") for n in e.files if not n.endswith(".lock")])
+        for path, arcname in entry_files:
             size = path.lstat().st_size
             members.append((path, arcname))
             files[arcname.removeprefix(e.key + "/")] = size  # xla: the file is the entry

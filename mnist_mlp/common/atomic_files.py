@@ -24,9 +24,6 @@ class UnwritableDirError(RuntimeError):
     """A directory we must write into is a file, cannot be created, or is read-only; says what to do."""
 
 
-# --------------------------------------------------------------------------- writable directories
-
-
 def _file_in_the_way(path: Path) -> Path | None:
     """`path` or the nearest ancestor of it that exists and is not a directory, if any."""
     for candidate in (path, *path.parents):
@@ -77,9 +74,6 @@ def check_writable_dir(path, *, hint: str = CHECKPOINT_DIR_HINT) -> Path:
     return Path(path)
 
 
-# --------------------------------------------------------------------------- stale temp files
-
-
 def temp_name_pattern(target_name: str) -> re.Pattern:
     """Our temp files for `target_name`: `.<target name>.<writer pid>.<8 hex>.tmp`. The pid tells
     a later write whether the writer is gone; only files named after the target we are about
@@ -124,9 +118,6 @@ def remove_stale_temps(directory, pattern: re.Pattern) -> list[Path]:
             continue
         removed.append(path)
     return removed
-
-
-# --------------------------------------------------------------------------- atomic writes
 
 
 def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:

@@ -15,8 +15,6 @@ from mnist_mlp.common.download import ensure_mnist
 from mnist_mlp.common.errors import UsageError
 from mnist_mlp.common.mnist_files import MnistDataError, raw_dir, resolve_data_dir
 
-# --------------------------------------------------------------------------- sharding
-
 
 def _check_shard_args(rank: int, world_size: int) -> None:
     if world_size < 1 or not 0 <= rank < world_size:
@@ -118,9 +116,6 @@ class ShardSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.num_samples
-
-
-# --------------------------------------------------------------------------- loaders
 
 
 def _require_split(root: Path, train: bool) -> None:
@@ -237,8 +232,6 @@ def make_loader(kind: str, root: str | os.PathLike | None, **kwargs):
         raise ValueError(f"loader kind must be one of {sorted(LOADER_KINDS)}, got {kind!r}") from None
     return factory(root, **kwargs)
 
-
-# --------------------------------------------------------------------------- the stage scripts' loaders
 
 TRAIN_IMAGES = 60_000  # MNIST's training set
 TEST_BATCH_SIZE = 1000  # divides 10,000: every test image counts, and one graph serves all batches

@@ -75,9 +75,6 @@ def fetch_from_torchvision(root: Path, progress: bool, timeout: float) -> dict[s
     return files
 
 
-# --------------------------------------------------------------------------- a command under a deadline
-
-
 def _run_with_deadline(cmd: list[str], deadline_s: float) -> tuple[int, str]:
     """(exit code, stdout + stderr) of `cmd`; raises MnistDataError if it outlives the deadline
     (mnist_mlp/common/child_process.py: nothing it started is left running)."""
