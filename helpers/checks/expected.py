@@ -142,13 +142,9 @@ def expected(backend) -> Expected:
     return Expected(name, _TABLE[name])
 
 
-# ---------------------------------------------------------------------------------------------
-# Quantities added by other notebooks' owners go below, each with its source; register them
-# with add_quantity(name, neuron=Fact(...), xla_cpu=Fact(...), cpu=Fact(...) or None).
-
-
 def add_quantity(name: str, *, neuron: Fact, xla_cpu: Fact, cpu: Fact | None = None) -> None:
-    """Register one more backend-dependent quantity (cpu defaults to the stand-in's fact)."""
+    """Register one more backend-dependent quantity, with its source (cpu defaults to the
+    stand-in's fact). Other notebooks' owners add theirs below."""
     if name in _XLA_CPU:
         raise ValueError(f"quantity {name!r} is already defined in helpers/checks/expected.py")
     _NEURON[name], _XLA_CPU[name], _CPU[name] = neuron, xla_cpu, cpu or xla_cpu
