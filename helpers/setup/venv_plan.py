@@ -228,26 +228,30 @@ def link_base_commands(venv: Path, base: Base) -> list[str]:
     return linked
 
 
-def run(argv: list[str], cwd: Path) -> None:
-    print(shlex.join(argv), flush=True)
-    subprocess.run(argv, check=True, cwd=cwd)
+def execute(p: Plan, repo: Path = REPO_ROOT, dry_run: bool = False) -> None:
+    """Carry the plan out, saying each step first; dry_run: only say them."""
+    def run(argv: list[str]) -> None:
+        print(shlex.join(argv), flush=True)
+        if not dry_run:
+            subprocess.run(argv, check=True, cwd=repo)
 
-
-def execute(p: Plan, repo: Path = REPO_ROOT) -> None:
+    print(f"path: {p.path}")
     for note in p.notes:
         print(note, flush=True)
     if p.remove:
-        shutil.rmtree(p.venv)
+        print(shlex.join(["rm", "-rf", str(p.venv)]), flush=True)
+        if not dry_run:
+            shutil.rmtree(p.venv)
     if p.create:
-        run(p.create, repo)
+        run(p.create)
     if p.base:
-        print(f"{write_base_pth(p.venv, p.base)}: adds {', '.join(p.base.site)}", flush=True)
+        pth = p.venv / BASE_PTH if dry_run else write_base_pth(p.venv, p.base)
+        print(f"{pth}: adds {', '.join(p.base.site)}", flush=True)
     for argv in p.pip:
-        run(argv, repo)
+        run(argv)
     if p.base:
-        linked = link_base_commands(p.venv, p.base)
-        if linked:
-            print(f"From {p.base.path}/bin, run by {p.venv}/bin/python: {' '.join(linked)}")
+        linked = "its commands" if dry_run else " ".join(link_base_commands(p.venv, p.base))
+        print(f"From {p.base.path}/bin, run by {p.venv}/bin/python: {linked or 'none'}")
 
 
 def main(argv=None) -> int:
@@ -263,21 +267,7 @@ def main(argv=None) -> int:
     except Refusal as refusal:
         print(f"make venv: {refusal}", file=sys.stderr)
         return 2
-    if args.dry_run:
-        print(f"path: {p.path}")
-        for note in p.notes:
-            print(note)
-        for argv in ([["rm", "-rf", str(p.venv)]] if p.remove else []) + \
-                ([p.create] if p.create else []):
-            print(shlex.join(argv))
-        if p.base:
-            print(f"then {BASE_PTH} in {p.venv}'s site-packages adds {', '.join(p.base.site)}")
-        for argv in p.pip:
-            print(shlex.join(argv))
-        if p.base:
-            print(f"then the commands of {p.base.path}/bin, run by {p.venv}/bin/python")
-        return 0
-    execute(p)
+    execute(p, dry_run=args.dry_run)
     return 0
 
 
