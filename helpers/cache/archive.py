@@ -2,10 +2,8 @@
 (docs/cache-archive.md).
 
 Failed entries are never exported or imported (a stored failure blocks that graph's compile
-wherever it lands); lock files never travel. An import is checked before anything is written:
-members that could escape the root or create links/devices, a truncated archive, members
-that contradict the manifest, and a total size larger than the free space are all refused;
-then it is merged entry by entry (a done entry here is never overwritten).
+wherever it lands); lock files never travel. An import is checked whole before anything is
+written (import_cache says what it refuses), then merged entry by entry.
 """
 from __future__ import annotations
 

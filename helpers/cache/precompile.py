@@ -207,7 +207,7 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
         from mnist_mlp.common.backend import select_backend
 
         backend = select_backend()
-    mode_name = backend if isinstance(backend, str) else backend.name
+    mode_name = getattr(backend, "name", backend)
     args = [str(a) for a in script_args]
     if nproc_per_node is not None:
         check_worker_count(nproc_per_node, instance_type())

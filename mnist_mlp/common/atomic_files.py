@@ -64,10 +64,7 @@ def writable_dir_problem(path) -> str | None:
 
 def check_writable_dir(path, *, hint: str = CHECKPOINT_DIR_HINT) -> Path:
     """Create directory `path` if missing and check files can be written in it; returns it.
-
-    Raises UnwritableDirError with two lines, what is wrong and `hint` (what to do), when
-    `path` is a file, cannot be created (e.g. a parent is a file) or is not writable.
-    """
+    Else raises UnwritableDirError with two lines: writable_dir_problem's, and `hint`."""
     problem = writable_dir_problem(path)
     if problem is not None:
         raise UnwritableDirError(f"{problem}.\n{hint}")
