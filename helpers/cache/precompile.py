@@ -1,11 +1,9 @@
 """Fill the compile cache ahead of training with neuron_parallel_compile, then train.
 
-On Trainium, `neuron_parallel_compile <run command> --steps-this-run 10`, then `<run command>`:
-neuron_parallel_compile runs the trial in graph-extraction mode (its outputs are invalid),
-collects every graph it traces into the Neuron persistent cache and compiles them all in
-parallel. The Neuron docs warn that, except for the step limit, the trial's options must match
-the real run's, or the real run traces other graphs and compiles them again: both command
-lines here are built from one argument list, so they cannot drift.
+On Trainium, `neuron_parallel_compile <run command> --steps-this-run 10`, then `<run command>`
+(explain() says what each does). The Neuron docs warn that, except for the step limit, the
+trial's options must match the real run's, or the real run traces other graphs and compiles them
+again: both command lines here are built from one argument list, so they cannot drift.
 
 On the CPU stand-in there is no neuron_parallel_compile and no Neuron cache: `precompile()`
 says what would happen, runs the short trial alone and reports the graphs it traced.

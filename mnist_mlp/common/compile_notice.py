@@ -11,8 +11,7 @@ A daemon thread looks every POLL_S at two signals:
   no such entry, one locked before the run began and still locked is what the compiler
   wrapper waits on ("Another process must be compiling"): another run's compile, or a
   killed one's lock, which nothing ever lifts.
-A cache hit is read in a tenth of a second, and the stand-in (its compiles take a second or two)
-speaks only after QUIET_S_BY_BACKEND's 30 s, so both stay silent. Rank 0 speaks, as for progress.
+A cache hit is read in a tenth of a second: silent. Rank 0 speaks, as for progress.
 """
 from __future__ import annotations
 
