@@ -181,15 +181,11 @@ def check_pins(requirement_files=(REQUIREMENTS, NEURON_REQUIREMENTS),
 
 def has_neuron_device(dev_root: Path | None = None) -> bool:
     """Whether dev_root (default: this machine's /dev) holds a Neuron device node (neuron0, ...)."""
-    dev_root = dev_dir() if dev_root is None else dev_root
-    return any(NEURON_DEVICE.fullmatch(p.name) for p in _entries(Path(dev_root)))
-
-
-def _entries(path: Path) -> list[Path]:
     try:
-        return list(path.iterdir())
+        names = [p.name for p in Path(dev_dir() if dev_root is None else dev_root).iterdir()]
     except OSError:
-        return []
+        return False
+    return any(NEURON_DEVICE.fullmatch(name) for name in names)
 
 
 # Tools looked up by name: torch-neuronx runs `neuronx-cc` to compile each graph, the workbook
