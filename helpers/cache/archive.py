@@ -2,10 +2,8 @@
 (docs/cache-archive.md).
 
 Failed entries are never exported or imported (a stored failure blocks that graph's compile
-wherever it lands); lock files never travel. An import is checked before anything is written:
-members that could escape the root or create links/devices, a truncated archive, members
-that contradict the manifest, and a total size larger than the free space are all refused;
-then it is merged entry by entry (a done entry here is never overwritten).
+wherever it lands); lock files never travel. An import is checked whole before anything is
+written (import_cache says what it refuses), then merged entry by entry.
 """
 from __future__ import annotations
 
@@ -57,13 +55,6 @@ def progress_bar(total: int, desc: str, enabled: bool):
                 disable=not enabled, file=sys.stderr)
 
 
-def _members(e: Entry) -> list[tuple[Path, str]]:
-    """(file, name in the archive) of an entry's regular files, lock files left out."""
-    if e.layout == "xla":
-        return [(e.path, e.key)]
-    return [(e.path / n, f"{e.key}/{n}") for n in e.files if not n.endswith(".lock")]
-
-
 def export_cache(root, archive: str | os.PathLike, versions=None,
                  progress: bool = True) -> ExportResult:
     """Write a tar.gz of the cache's done entries (or those of the chosen compiler versions)
@@ -88,7 +79,9 @@ def export_cache(root, archive: str | os.PathLike, versions=None,
     members, listed = [], []
     for e in chosen:
         files = {}
-        for path, arcname in _members(e):
+        entry_files = ([(e.path, e.key)] if e.layout == "xla" else  # lock files never travel
+                       [(e.path / n, f"{e.key}/{n}") for n in e.files if not n.endswith(".lock")])
+        for path, arcname in entry_files:
             size = path.lstat().st_size
             members.append((path, arcname))
             files[arcname.removeprefix(e.key + "/")] = size  # xla: the file is the entry

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 from helpers.cache import archive, plans
@@ -22,12 +21,9 @@ PROG = "python -m helpers.cache"
 
 def _amount(text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number, 0 or more")
-    return value
+        return plans.check_amount(text, text)
+    except CompileCacheError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number, 0 or more") from None
 
 
 def _size(text: str) -> int:

@@ -112,17 +112,6 @@ def _set_mtime(path: Path, t: float) -> None:
     os.utime(path, (t, t), follow_symlinks=False)
 
 
-def write_demo_file(path: Path, content) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, Neff):
-        with open(path, "wb") as f:
-            big = content.size > 1 << 16
-            f.write(neff_bytes(content.size, written=NEFF_HEADER_SIZE if big else None))
-            f.truncate(content.size)  # a large one is a hole after its header: no disk used
-    else:
-        path.write_bytes(content if isinstance(content, bytes) else content.encode())
-
-
 def build_demo_cache(root: str | os.PathLike, labels=None, *, now: float | None = None) -> Path:
     """Write a small compile cache in the real layout under root (which must be new or empty):
     the DEMO_ENTRIES named by labels (default all), done, failed, locked and incomplete.
@@ -146,8 +135,16 @@ def build_demo_cache(root: str | os.PathLike, labels=None, *, now: float | None 
         spec = DEMO_ENTRIES[label]
         entry = root / spec.key
         for name, content in spec.files.items():
-            write_demo_file(entry / name, content)
-            _set_mtime(entry / name, now - spec.age_s)
+            path = entry / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, Neff):
+                with open(path, "wb") as f:
+                    big = content.size > 1 << 16
+                    f.write(neff_bytes(content.size, written=NEFF_HEADER_SIZE if big else None))
+                    f.truncate(content.size)  # a large one is a hole after its header: no disk used
+            else:
+                path.write_bytes(content if isinstance(content, bytes) else content.encode())
+            _set_mtime(path, now - spec.age_s)
         if spec.lock_age_s is not None:
             lock = entry / "model.hlo_module.pb.lock"
             lock.write_bytes(b"")

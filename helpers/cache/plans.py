@@ -296,8 +296,7 @@ def remove_inside(path: Path, root: Path) -> None:
 
 
 def apply_plan(plan: Plan, min_lock_age_s: float = LOCK_STALE_AFTER_S) -> ApplyResult:
-    """Remove what the plan lists, re-checking each item first: it must still be inside the
-    root, not a symlink, in the state it was planned in, and not freshly locked."""
+    """Remove what the plan lists, each item re-checked first (the module docstring says how)."""
     min_lock_age_s = check_amount(min_lock_age_s, "the lock age")
     result = ApplyResult()
     root = plan.root

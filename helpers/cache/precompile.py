@@ -1,11 +1,9 @@
 """Fill the compile cache ahead of training with neuron_parallel_compile, then train.
 
-On Trainium, `neuron_parallel_compile <run command> --steps-this-run 10`, then `<run command>`:
-neuron_parallel_compile runs the trial in graph-extraction mode (its outputs are invalid),
-collects every graph it traces into the Neuron persistent cache and compiles them all in
-parallel. The Neuron docs warn that, except for the step limit, the trial's options must match
-the real run's, or the real run traces other graphs and compiles them again: both command
-lines here are built from one argument list, so they cannot drift.
+On Trainium, `neuron_parallel_compile <run command> --steps-this-run 10`, then `<run command>`
+(explain() says what each does). The Neuron docs warn that, except for the step limit, the
+trial's options must match the real run's, or the real run traces other graphs and compiles them
+again: both command lines here are built from one argument list, so they cannot drift.
 
 On the CPU stand-in there is no neuron_parallel_compile and no Neuron cache: `precompile()`
 says what would happen, runs the short trial alone and reports the graphs it traced.
@@ -53,35 +51,22 @@ class PrecompileCommands:
                 for name, argv in (("trial", self.trial), ("run", self.run))}
 
 
-def _check_no_step_limit(script_args: Sequence[str]) -> None:
-    for a in script_args:
-        if a == STEPS_FLAG or a.startswith(STEPS_FLAG + "=") or a == "--steps_this_run":
-            raise ValueError(f"{a} is in the training arguments: leave it out and pass "
-                             "trial_steps= instead; the real run must run every step")
-
-
-def run_argv(script: str | os.PathLike, script_args: Sequence[str] = (), *,
-             nproc_per_node: int | None = None, python: str = sys.executable,
-             master_port: int | None = None) -> list[str]:
-    """The real run: `python script args`, or with nproc_per_node the torchrun of this Python
-    (`python -m torch.distributed.run --nproc_per_node=N ... script args`)."""
-    args = [str(a) for a in script_args]
-    if nproc_per_node is None:
-        return [python, os.fspath(script), *args]
-    return torchrun_argv(script, args, nproc_per_node=nproc_per_node, python=python,
-                         master_port=master_port)
-
-
 def build_commands(script: str | os.PathLike, script_args: Sequence[str] = (), *,
                    nproc_per_node: int | None = None, trial_steps: int = TRIAL_STEPS,
                    python: str = sys.executable, master_port: int | None = None,
                    wrapper: str = WRAPPER) -> PrecompileCommands:
-    """The trial and the real run from one argument list: identical but for the step limit."""
+    """The trial and the real run from one argument list: identical but for the step limit.
+    The real run is `python script args`, or with nproc_per_node the torchrun of this Python."""
     if isinstance(trial_steps, bool) or not isinstance(trial_steps, int) or trial_steps < 1:
         raise ValueError(f"trial_steps must be a positive whole number, got {trial_steps!r}")
-    _check_no_step_limit([str(a) for a in script_args])
-    run = run_argv(script, script_args, nproc_per_node=nproc_per_node, python=python,
-                   master_port=master_port)
+    args = [str(a) for a in script_args]
+    for a in args:
+        if a == STEPS_FLAG or a.startswith(STEPS_FLAG + "=") or a == "--steps_this_run":
+            raise ValueError(f"{a} is in the training arguments: leave it out and pass "
+                             "trial_steps= instead; the real run must run every step")
+    run = ([python, os.fspath(script), *args] if nproc_per_node is None else
+           torchrun_argv(script, args, nproc_per_node=nproc_per_node, python=python,
+                         master_port=master_port))
     trial_run = [*run, STEPS_FLAG, str(trial_steps)]
     return PrecompileCommands(run=run, trial_run=trial_run, trial=[wrapper, *trial_run])
 
@@ -220,7 +205,7 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
         from mnist_mlp.common.backend import select_backend
 
         backend = select_backend()
-    mode_name = backend if isinstance(backend, str) else backend.name
+    mode_name = getattr(backend, "name", backend)
     args = [str(a) for a in script_args]
     if nproc_per_node is not None:
         check_worker_count(nproc_per_node, instance_type())

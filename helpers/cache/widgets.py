@@ -172,11 +172,10 @@ class CacheBrowser:
             self.header.value = coloured(str(err), ERROR)
             self.table.options = []
             self.detail.value = ""
-            for b in self._actions:
-                b.disabled = True
-            return
         for b in self._actions:
-            b.disabled = False
+            b.disabled = self.scan is None
+        if self.scan is None:
+            return
         self.header.value = self._header_html(self.scan)
         versions = sorted({e.version_dir for e in self.scan.entries})
         current = self.version_filter.value
@@ -259,11 +258,14 @@ class CacheBrowser:
         if not removable:
             self.message.value = "Nothing to remove."
 
-    def confirm(self) -> list[plans.ApplyResult]:
-        results = [plans.apply_plan(p, self.min_lock_age_s) for p in self.pending]
+    def _drop_plan(self) -> None:
         self.pending = []
         self.confirm_button.disabled = self.cancel_button.disabled = True
         self.plan_view.value = ""
+
+    def confirm(self) -> list[plans.ApplyResult]:
+        results = [plans.apply_plan(p, self.min_lock_age_s) for p in self.pending]
+        self._drop_plan()
         self.refresh()  # first: when the result line shows, the counts above are already new
         failed = any(r.failed for r in results)
         text = "\n".join(r.render() for r in results)
@@ -271,19 +273,16 @@ class CacheBrowser:
         return results
 
     def cancel(self) -> None:
-        self.pending = []
-        self.confirm_button.disabled = self.cancel_button.disabled = True
-        self.plan_view.value = ""
+        self._drop_plan()
         self.message.value = "Cancelled: nothing removed."
 
     def mark_removed(self, why: str) -> None:
         """The cache was deleted on purpose (e.g. a notebook's clean-up cell): keep the last
         listing browsable, disable what would touch the disk, and say so in the widget."""
         self.removed_note = why
-        self.pending = []
-        for b in (*self._actions, self.refresh_button, self.confirm_button, self.cancel_button):
+        self._drop_plan()
+        for b in (*self._actions, self.refresh_button):
             b.disabled = True
-        self.plan_view.value = ""
         self.message.value = coloured(f"{why} The listing above is what it held; cleanup "
                                        "buttons are off.", NOTE)
 

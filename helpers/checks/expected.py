@@ -35,10 +35,6 @@ class Fact:
     inferred: bool = False  # True: reasoned from the docs, not read off a published log
 
 
-def _facts(**facts: Fact) -> dict[str, Fact]:
-    return facts
-
-
 # Graphs compiled by one training run: the tutorial's 2022 log shows two NEFF compiles for
 # train.py (MODULE_0_SyncTensorsGraph.318, MODULE_1_SyncTensorsGraph.390): PyTorch 1.x's
 # zero_grad() zeroed the gradients, so step 1 (no .grad yet) traced another graph than step 2.
@@ -46,7 +42,7 @@ def _facts(**facts: Fact) -> dict[str, Fact]:
 _NEURON_TRAIN_GRAPHS = Fact(frozenset({1, 2}), f"{MLP_TUTORIAL} (its train.py log: two "
                             "NEFF compiles, from PyTorch 1.x; one with PyTorch 2.x)", inferred=True)
 
-_XLA_CPU = _facts(
+_XLA_CPU: dict[str, Fact] = dict(
     train_graphs=Fact(frozenset({1}), STAND_IN),
     bf16_graphs=Fact({mode: frozenset({1}) for mode in PRECISIONS}, STAND_IN),
     trial_graphs=Fact(frozenset({1}), STAND_IN),
@@ -66,7 +62,7 @@ _XLA_CPU = _facts(
                               + STAND_IN),
 )
 
-_NEURON = _facts(
+_NEURON: dict[str, Fact] = dict(
     train_graphs=_NEURON_TRAIN_GRAPHS,
     bf16_graphs=Fact({mode: frozenset({1, 2}) for mode in PRECISIONS},
                      f"{MLP_TUTORIAL}: as train.py, one loop per mode", inferred=True),
@@ -146,13 +142,9 @@ def expected(backend) -> Expected:
     return Expected(name, _TABLE[name])
 
 
-# ---------------------------------------------------------------------------------------------
-# Quantities added by other notebooks' owners go below, each with its source; register them
-# with add_quantity(name, neuron=Fact(...), xla_cpu=Fact(...), cpu=Fact(...) or None).
-
-
 def add_quantity(name: str, *, neuron: Fact, xla_cpu: Fact, cpu: Fact | None = None) -> None:
-    """Register one more backend-dependent quantity (cpu defaults to the stand-in's fact)."""
+    """Register one more backend-dependent quantity, with its source (cpu defaults to the
+    stand-in's fact). Other notebooks' owners add theirs below."""
     if name in _XLA_CPU:
         raise ValueError(f"quantity {name!r} is already defined in helpers/checks/expected.py")
     _NEURON[name], _XLA_CPU[name], _CPU[name] = neuron, xla_cpu, cpu or xla_cpu

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from mnist_mlp.common.atomic_files import atomic_path
 from mnist_mlp.common.paths import REPO_ROOT
 
 RECORD = REPO_ROOT / "notebooks" / "classroom_graphs.json"
@@ -85,10 +86,8 @@ def write_record(record: GraphRecord, path: Path = RECORD, keep: Iterable[str] =
     data["backends"][record.backend] = {
         "torch_xla": merged.torch_xla, "graphs": len(merged.graphs),
         "by_item": {item: sorted(merged.by_item[item]) for item in sorted(merged.by_item)}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return merged
 
 

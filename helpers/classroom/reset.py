@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Callable
 
 from helpers.cache.location import CompileCacheError
+from helpers.cache.plans import remove_inside
 from mnist_mlp.common.paths import REPO_ROOT
 
 # What `reset` removes besides restoring the notebooks: what runs wrote, all git-ignored.
 RUN_OUTPUTS = ("checkpoints", "results", "notebooks/.ipynb_checkpoints")
 
-
-# --------------------------------------------------------------------------- reset
 
 class ResetError(RuntimeError):
     pass
@@ -40,17 +39,6 @@ def reset_plan(repo: Path) -> tuple[list[str], list[Path]]:
     changed = [line[3:] for line in status.splitlines() if line.strip()]
     outputs = [repo / name for name in RUN_OUTPUTS if os.path.lexists(repo / name)]
     return changed, outputs
-
-
-def _remove_output(repo: Path, path: Path) -> None:
-    """Remove one run-output path: a symlink goes alone, never what it points to; anything else
-    through the cache tool's guard (inside the checkout, no symlink on the way)."""
-    from helpers.cache.plans import remove_inside
-
-    if path.is_symlink():
-        path.unlink()
-    else:
-        remove_inside(repo.resolve() / path.relative_to(repo), repo)
 
 
 def reset(repo: Path = REPO_ROOT, *, yes: bool = False, ask: Callable[[str], str] | None = None,
@@ -83,8 +71,11 @@ def reset(repo: Path = REPO_ROOT, *, yes: bool = False, ask: Callable[[str], str
     try:
         if changed:
             _git(repo, "checkout", "--", "notebooks")
-        for path in outputs:
-            _remove_output(repo, path)
+        for path in outputs:  # a symlink goes alone; the rest through the one root guard
+            if path.is_symlink():
+                path.unlink()
+            else:
+                remove_inside(repo.resolve() / path.relative_to(repo), repo)
     except (ResetError, CompileCacheError, OSError) as err:
         out(f"make reset: {err}")
         return 2

@@ -90,8 +90,7 @@ def venv_bin_first(path: str | None, python: str = sys.executable) -> str:
 
 
 def _pump_lines(stream: io.TextIOBase, sink: queue.Queue, tag=None) -> None:
-    """Reader thread: hand each complete output line to the main thread as it arrives
-    (as (tag, line) when tagged; None, or (tag, None), at the end)."""
+    """Reader thread: hand each complete output line to the main thread as it arrives."""
     for chunk in iter(stream.readline, ""):
         # With newline="" a line keeps its ending. One ending in a bare "\r" is a progress
         # bar redrawing itself: skipped, its final state arrives as a normal line.
@@ -105,9 +104,9 @@ def _pump_lines(stream: io.TextIOBase, sink: queue.Queue, tag=None) -> None:
 def start_streamed(cmd: Sequence[str], sink: queue.Queue, tag, *,
                    env: Mapping[str, str] | None = None,
                    cwd: str | os.PathLike | None = None) -> subprocess.Popen:
-    """Start `cmd` (mnist_mlp.common.child_process.start: a session of its own, and SIGTERM when this
-    process dies) with the child environment; a reader thread puts each of its output lines into
-    sink as (tag, line), then (tag, None) when its output closes (tag None: line, then None)."""
+    """Start `cmd` (child_process.start) with the child environment; a reader thread puts each of
+    its output lines into sink as (tag, line), then (tag, None) when its output closes (tag None:
+    line, then None)."""
     full_env = child_environment(env)
     full_env["PATH"] = venv_bin_first(full_env.get("PATH"))
     proc = child_process.start(cmd, env=full_env, cwd=cwd)

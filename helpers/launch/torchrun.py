@@ -135,14 +135,13 @@ def run_torchrun(script: str | os.PathLike, script_args: Sequence[str] = (), *,
                  nproc_per_node: int, timeout: float, env: Mapping[str, str] | None = None,
                  cwd: str | os.PathLike | None = None, master_port: int | None = None,
                  on_line: Callable[[str], object] = print, check: bool = True,
-                 log_path: str | os.PathLike | None = None, show_setup_lines: bool = False
-                 ) -> RunResult:
+                 log_path: str | os.PathLike | None = None) -> RunResult:
     """`torchrun --nproc_per_node=N script args` on this machine, every rank's lines streamed live.
 
     Raises ValueError before launching when N is not a worker count this instance supports,
     CommandFailed carrying the failing rank's error, CommandTimedOut after stopping every
     process of the run. master_port=None picks a free port. torchrun's OMP_NUM_THREADS banner
-    and gloo's connection lines are not shown unless show_setup_lines; log_path gets every line.
+    and gloo's connection lines are not shown; log_path gets every line.
     """
     argv = torchrun_argv(script, script_args, nproc_per_node=nproc_per_node,
                          master_port=master_port or free_port())
@@ -153,7 +152,7 @@ def run_torchrun(script: str | os.PathLike, script_args: Sequence[str] = (), *,
     def show(line: str) -> None:
         if log is not None:
             log.write(line + "\n")
-        if show_setup_lines or not SETUP_NOISE.search(line):
+        if not SETUP_NOISE.search(line):
             on_line(line)
 
     try:

@@ -4,11 +4,9 @@
 
 Displayed in Jupyter it is an ipywidgets box with a "Check again" button (shut down the other
 kernel, click, see the row turn green). It re-runs the checks in the same kernel, so a fix that
-restarts the kernel or JupyterLab is seen only by running the notebook again: the line beside
-the button says so while such a row is red. Widgets do not render on GitHub or in nbviewer without
-a kernel, so the same display also carries an HTML table and a plain-text version of the rows:
-a viewer that cannot show the widget shows those. Beside the button: "checked at HH:MM:SS: N of M
-OK", so a click that changes no row still shows it ran.
+restarts the kernel or JupyterLab is seen only by running the notebook again. Widgets do not
+render on GitHub or in nbviewer without a kernel, so the same display also carries an HTML table
+and a plain-text version of the rows.
 """
 from __future__ import annotations
 
@@ -31,28 +29,24 @@ FAIL_COLOUR = "#cf222e"
 OK_MARK, FAIL_MARK = "\u2705", "\u274c"  # the status is readable without colour too
 
 
-def _status(result: CheckResult) -> tuple[str, str, str]:
-    """(mark, colour, word) for a row."""
-    return (OK_MARK, OK_COLOUR, "OK") if result.ok else (FAIL_MARK, FAIL_COLOUR, "FIX")
+def _status(result: CheckResult) -> tuple[str, str]:
+    """(colour, the status as marked and coloured HTML) for a row."""
+    mark, colour, word = (OK_MARK, OK_COLOUR, "OK") if result.ok else (FAIL_MARK, FAIL_COLOUR, "FIX")
+    return colour, f'{mark} <b style="color:{colour}">{word}</b>'
 
 
 def row_html(result: CheckResult) -> str:
-    mark, colour, word = _status(result)
+    colour, status = _status(result)
     fix = (f'<div style="margin-left:1.8em">Fix: {html.escape(result.fix)}</div>'
            if not result.ok and result.fix else "")
     return (f'<div style="border-left:6px solid {colour};padding:2px 8px;margin:2px 0">'
-            f'{mark} <b style="color:{colour}">{word}</b> <b>{html.escape(result.item)}</b>: '
-            f'{html.escape(result.message)}{fix}</div>')
+            f'{status} <b>{html.escape(result.item)}</b>: {html.escape(result.message)}{fix}</div>')
 
 
 def checklist_html(results: Iterable[CheckResult]) -> str:
     """The rows as an HTML table: what GitHub and nbviewer show."""
-    rows = []
-    for r in results:
-        mark, colour, word = _status(r)
-        rows.append(f'<tr><td>{mark} <b style="color:{colour}">{word}</b></td>'
-                    f'<td><b>{html.escape(r.item)}</b></td><td>{html.escape(r.message)}</td>'
-                    f'<td>{html.escape(r.fix)}</td></tr>')
+    rows = [f'<tr><td>{_status(r)[1]}</td><td><b>{html.escape(r.item)}</b></td>'
+            f'<td>{html.escape(r.message)}</td><td>{html.escape(r.fix)}</td></tr>' for r in results]
     return ('<table><thead><tr><th>Status</th><th>Check</th><th>Found</th><th>Fix</th></tr>'
             f'</thead><tbody>{"".join(rows)}</tbody></table>')
 
@@ -107,8 +101,7 @@ class Checklist:
         return all(r.ok for r in self.results)
 
     def refresh(self) -> None:
-        # The button greys out and says so while the checks run (a second or two), and the
-        # summary names the time it finished: a click that changes no row still shows it ran.
+        # The summary names the time the checks finished: a click that changes no row still shows it ran.
         self.button.disabled, self.button.description = True, "Checking…"
         self.summary.value = '<span style="color:#57606a">checking…</span>'
         try:

@@ -1,12 +1,8 @@
 """Is this machine ready for the workbook? notebook 00's checks, each a plain function that returns
 a CheckResult (ok or not, what it found, the fix when not; helpers.setup.checklist renders them):
 the platform (the OS, the Python, torch-neuronx's line) and the pinned packages, the backend and
-its NeuronCores, MNIST, the compile cache, the tools on PATH.
-
-The classic Trainium surprise is here too: the Neuron runtime reserves its NeuronCores when a
-process starts it, until that process exits, and the usual holder is another notebook's kernel.
-helpers.setup.core_holders finds who: processes with /dev/neuron* open, monitors (neuron-top,
-neuron-ls, neuron-monitor) left out, with the NEURON_RT_VISIBLE_CORES each started with.
+its NeuronCores (who holds them: helpers.setup.core_holders), MNIST, the compile cache, the
+tools on PATH.
 """
 from __future__ import annotations
 
@@ -97,8 +93,7 @@ def check_platform(os_release: Path | None = None, python: tuple[int, int] = sys
     if torch_neuronx is _INSTALLED:
         torch_neuronx = _installed_version("torch-neuronx")
     if neuron_host is None:
-        neuron_host = torch_neuronx is not None or any(
-            NEURON_DEVICE.fullmatch(p.name) for p in _entries(Path(dev_root or dev_dir())))
+        neuron_host = torch_neuronx is not None or has_neuron_device(dev_root)
     release = read_os_release(os_release)
     os_key = (release.get("ID", "").lower(), release.get("VERSION_ID", ""))
     os_name = release.get("PRETTY_NAME") or " ".join(os_key).strip() or f"unknown OS ({os_release or os_release_path()})"
@@ -167,9 +162,8 @@ def check_pins(requirement_files=(REQUIREMENTS, NEURON_REQUIREMENTS),
         if name not in pins:
             continue
         req, path = pins[name]
-        try:
-            installed = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
+        installed = _installed_version(name)
+        if installed is None:
             if path.name != NEURON_REQUIREMENTS.name:  # the Neuron extras exist on Trainium only
                 wrong.append(f"{name} is not installed ({req.specifier} in {path.name})")
             continue
@@ -187,15 +181,11 @@ def check_pins(requirement_files=(REQUIREMENTS, NEURON_REQUIREMENTS),
 
 def has_neuron_device(dev_root: Path | None = None) -> bool:
     """Whether dev_root (default: this machine's /dev) holds a Neuron device node (neuron0, ...)."""
-    dev_root = dev_dir() if dev_root is None else dev_root
-    return any(NEURON_DEVICE.fullmatch(p.name) for p in _entries(Path(dev_root)))
-
-
-def _entries(path: Path) -> list[Path]:
     try:
-        return list(path.iterdir())
+        names = [p.name for p in Path(dev_dir() if dev_root is None else dev_root).iterdir()]
     except OSError:
-        return []
+        return False
+    return any(NEURON_DEVICE.fullmatch(name) for name in names)
 
 
 # Tools looked up by name: torch-neuronx runs `neuronx-cc` to compile each graph, the workbook
@@ -309,13 +299,6 @@ def check_mnist(root: str | os.PathLike | None = None) -> CheckResult:
     return CheckResult(item, True, f"the four IDX files in {where}, md5s verified", "")
 
 
-def nearest_existing(path: Path) -> Path:
-    """path itself, or its closest ancestor that exists (where a mkdir -p would start)."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def check_compile_cache(env=None, stand_in: bool | None = None) -> CheckResult:
     """The Neuron compile cache (helpers.cache.location decides where) can be written."""
     from helpers.cache.location import locate_cache
@@ -333,8 +316,9 @@ def check_compile_cache(env=None, stand_in: bool | None = None) -> CheckResult:
     if location.remote:
         return CheckResult(item, True, f"{location.url} (from {location.source}), a remote "
                            f"cache: not checked from here{note}", "")
-    path = location.path
-    existing = nearest_existing(path)
+    path = existing = location.path
+    while not existing.exists() and existing != existing.parent:  # where a mkdir -p starts
+        existing = existing.parent
     writable = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
     if writable:
         return CheckResult(item, True, f"{path} (from {location.source}), writable{note}", "")

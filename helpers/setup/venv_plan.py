@@ -1,24 +1,15 @@
 """How `make venv` builds the workbook's venv on this machine: which torch it uses and where from.
 
-Three paths, decided here (and nowhere else) from what is on disk:
-
-* dlami: the Neuron 2.31 "Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04)" ships its PyTorch
-  in /opt/aws_neuronx_venv_pytorch_2_9 (Neuron DLAMI User Guide, v2.31.0). When that venv holds
-  exactly our pins (torch, torch-xla, torchvision from requirements.txt; torch-neuronx, neuronx-cc
-  from requirements-neuron.txt) the workbook's venv is layered on it: a new venv made by the same
-  interpreter, whose site-packages carry a .pth file that adds the DLAMI venv's site-packages
-  after its own. pip then finds torch & co. already installed and downloads only the notebook
-  packages; the DLAMI venv itself is never written to. (`python -m venv --system-site-packages`
-  run by the DLAMI venv's python would not do: a venv made from a venv points at the interpreter
-  underneath, so it sees /usr's packages, not the DLAMI venv's.) Different versions: refused, with
-  what to do, because a second torch over the DLAMI's would shadow the one torch-neuronx was
-  built for.
-* cpu-index: a Trainium host (a Neuron device node) without that venv, e.g. plain Ubuntu 24.04:
-  a fresh venv, with torch and torchvision from PyTorch's CPU wheel index
-  (`--extra-index-url https://download.pytorch.org/whl/cpu`, the index PyTorch's install commands
-  name for "CPU only" and the Neuron setup guide names beside its own for TorchNeuron), so none
-  of the CUDA libraries PyPI's Linux torch depends on come down.
-* pypi: anywhere else (a laptop, CI): a fresh venv and everything from PyPI, as it always was.
+* dlami: the Neuron 2.31 "Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04)" keeps its PyTorch in
+  /opt/aws_neuronx_venv_pytorch_2_9 (Neuron DLAMI User Guide, v2.31.0). When it holds exactly our
+  pins, the workbook's venv is layered on it: pip then downloads only the notebook packages, and
+  the DLAMI venv is never written to. Layered is a .pth file adding the DLAMI venv's site-packages
+  after the new venv's own (`--system-site-packages` would not do: a venv made from a venv sees
+  /usr's packages, not the DLAMI venv's). Other versions there are refused: a second torch over
+  the DLAMI's would shadow the one torch-neuronx was built for.
+* cpu-index: a Trainium host without that venv: torch from PyTorch's CPU wheel index (the one the
+  Neuron setup guide names beside its own), so none of PyPI's CUDA libraries come down.
+* pypi: anywhere else (a laptop, CI): everything from PyPI.
 
 Standard library only, and it never imports torch: the Makefile runs it with the system python
 before any venv exists. `python3 -m helpers.setup.venv_plan --venv .venv --dry-run` prints the plan.
@@ -237,26 +228,30 @@ def link_base_commands(venv: Path, base: Base) -> list[str]:
     return linked
 
 
-def run(argv: list[str], cwd: Path) -> None:
-    print(shlex.join(argv), flush=True)
-    subprocess.run(argv, check=True, cwd=cwd)
+def execute(p: Plan, repo: Path = REPO_ROOT, dry_run: bool = False) -> None:
+    """Carry the plan out, saying each step first; dry_run: only say them."""
+    def run(argv: list[str]) -> None:
+        print(shlex.join(argv), flush=True)
+        if not dry_run:
+            subprocess.run(argv, check=True, cwd=repo)
 
-
-def execute(p: Plan, repo: Path = REPO_ROOT) -> None:
+    print(f"path: {p.path}")
     for note in p.notes:
         print(note, flush=True)
     if p.remove:
-        shutil.rmtree(p.venv)
+        print(shlex.join(["rm", "-rf", str(p.venv)]), flush=True)
+        if not dry_run:
+            shutil.rmtree(p.venv)
     if p.create:
-        run(p.create, repo)
+        run(p.create)
     if p.base:
-        print(f"{write_base_pth(p.venv, p.base)}: adds {', '.join(p.base.site)}", flush=True)
+        pth = p.venv / BASE_PTH if dry_run else write_base_pth(p.venv, p.base)
+        print(f"{pth}: adds {', '.join(p.base.site)}", flush=True)
     for argv in p.pip:
-        run(argv, repo)
+        run(argv)
     if p.base:
-        linked = link_base_commands(p.venv, p.base)
-        if linked:
-            print(f"From {p.base.path}/bin, run by {p.venv}/bin/python: {' '.join(linked)}")
+        linked = "its commands" if dry_run else " ".join(link_base_commands(p.venv, p.base))
+        print(f"From {p.base.path}/bin, run by {p.venv}/bin/python: {linked or 'none'}")
 
 
 def main(argv=None) -> int:
@@ -272,21 +267,7 @@ def main(argv=None) -> int:
     except Refusal as refusal:
         print(f"make venv: {refusal}", file=sys.stderr)
         return 2
-    if args.dry_run:
-        print(f"path: {p.path}")
-        for note in p.notes:
-            print(note)
-        for argv in ([["rm", "-rf", str(p.venv)]] if p.remove else []) + \
-                ([p.create] if p.create else []):
-            print(shlex.join(argv))
-        if p.base:
-            print(f"then {BASE_PTH} in {p.venv}'s site-packages adds {', '.join(p.base.site)}")
-        for argv in p.pip:
-            print(shlex.join(argv))
-        if p.base:
-            print(f"then the commands of {p.base.path}/bin, run by {p.venv}/bin/python")
-        return 0
-    execute(p)
+    execute(p, dry_run=args.dry_run)
     return 0
 
 

@@ -12,6 +12,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
+
 # A temp file untouched this long is stale even if its pid is alive again (pids get reused).
 STALE_TEMP_AGE_S = 3600
 
@@ -20,9 +22,6 @@ CHECKPOINT_DIR_HINT = "Pass --checkpoint-dir (or set CHECKPOINT_DIR) to a writab
 
 class UnwritableDirError(RuntimeError):
     """A directory we must write into is a file, cannot be created, or is read-only; says what to do."""
-
-
-# --------------------------------------------------------------------------- writable directories
 
 
 def _file_in_the_way(path: Path) -> Path | None:
@@ -65,17 +64,11 @@ def writable_dir_problem(path) -> str | None:
 
 def check_writable_dir(path, *, hint: str = CHECKPOINT_DIR_HINT) -> Path:
     """Create directory `path` if missing and check files can be written in it; returns it.
-
-    Raises UnwritableDirError with two lines, what is wrong and `hint` (what to do), when
-    `path` is a file, cannot be created (e.g. a parent is a file) or is not writable.
-    """
+    Else raises UnwritableDirError with two lines: writable_dir_problem's, and `hint`."""
     problem = writable_dir_problem(path)
     if problem is not None:
         raise UnwritableDirError(f"{problem}.\n{hint}")
     return Path(path)
-
-
-# --------------------------------------------------------------------------- stale temp files
 
 
 def temp_name_pattern(target_name: str) -> re.Pattern:
@@ -85,21 +78,9 @@ def temp_name_pattern(target_name: str) -> re.Pattern:
     return re.compile(rf"\.{re.escape(target_name)}\.(?P<pid>\d+)\.[0-9a-f]{{8}}\.tmp")
 
 
-def _pid_is_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        return True
-    return True
-
-
-def remove_stale_temps(directory, pattern: re.Pattern, *, max_age_s: float = STALE_TEMP_AGE_S) -> list[Path]:
+def remove_stale_temps(directory, pattern: re.Pattern) -> list[Path]:
     """Remove the entries of `directory` whose name fully matches `pattern` (which has a `pid`
-    group) and whose writer is gone: its pid is dead, or nothing touched it for `max_age_s`.
+    group) and whose writer is gone: its pid is dead, or nothing touched it for STALE_TEMP_AGE_S.
 
     Only direct children of `directory` are considered; each is named on stdout before it is
     removed. Returns what was removed. Errors (a race with another cleaner) are ignored.
@@ -119,8 +100,8 @@ def remove_stale_temps(directory, pattern: re.Pattern, *, max_age_s: float = STA
             age = now - entry.stat(follow_symlinks=False).st_mtime
         except OSError:
             continue
-        alive = _pid_is_alive(pid)
-        if alive and age < max_age_s:
+        alive = psutil.pid_exists(pid)  # a pid of another user's process exists too
+        if alive and age < STALE_TEMP_AGE_S:
             continue
         why = f"untouched for {age / 3600:.1f} h" if alive else f"its writer, pid {pid}, is gone"
         path = Path(entry.path)
@@ -134,9 +115,6 @@ def remove_stale_temps(directory, pattern: re.Pattern, *, max_age_s: float = STA
             continue
         removed.append(path)
     return removed
-
-
-# --------------------------------------------------------------------------- atomic writes
 
 
 def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:

@@ -11,8 +11,7 @@ A daemon thread looks every POLL_S at two signals:
   no such entry, one locked before the run began and still locked is what the compiler
   wrapper waits on ("Another process must be compiling"): another run's compile, or a
   killed one's lock, which nothing ever lifts.
-A cache hit is read in a tenth of a second, and the stand-in (its compiles take a second or two)
-speaks only after QUIET_S_BY_BACKEND's 30 s, so both stay silent. Rank 0 speaks, as for progress.
+A cache hit is read in a tenth of a second: silent. Rank 0 speaks, as for progress.
 """
 from __future__ import annotations
 
@@ -114,7 +113,7 @@ class CompileNotice:
             self._entry = self._entry or entry
             elapsed = now - self._since
             if not self._announced and elapsed >= self.quiet_s:
-                waiting = self._entry is None and self.cache_dir is not None and self.locked_before()
+                waiting = self._entry is None and self.cache_dir is not None and self.still("locked")
                 self._head = "Waiting for a compile" if waiting else "Compiling a graph"
                 self.say(f"{self._head}: {duration(elapsed)} so far ({self._why()})")
                 self._announced, self._next_at = True, now + self.every_s
@@ -170,7 +169,7 @@ class CompileNotice:
         if self._entry is not None:
             return self._entry[1] + (f"; {NEURON_HINT}" if self.cache_dir else "")
         if self.cache_dir is not None:
-            locked = self.locked_before()
+            locked = self.still("locked")
             if locked:  # the wrapper waits on a lock, with no end if nobody holds it
                 return (f"on {locked[0]}, locked before this run began: another process is "
                         "compiling it, or a killed compile left its lock; if no other run uses "
@@ -187,15 +186,10 @@ class CompileNotice:
             return f"Compiled a graph in {duration(elapsed)} ({key})"
         return f"Compiled a graph in {duration(elapsed)}"
 
-    def locked_before(self) -> list[str]:
-        """Entries that were locked when the run began (and still are)."""
-        return [key for key, state in self.states_at_start.items() if state == "locked"
-                and module_state(self.cache_dir / key) == "locked"]
-
-    def failed_before(self) -> list[str]:
-        """Entries that were failed when the run began (and still are)."""
-        return [key for key, state in self.states_at_start.items() if state == "failed"
-                and module_state(self.cache_dir / key) == "failed"]
+    def still(self, state: str) -> list[str]:
+        """Entries that were in `state` ("locked", "failed") when the run began, and still are."""
+        return [key for key, began in self.states_at_start.items() if began == state
+                and module_state(self.cache_dir / key) == state]
 
 
 def _say(line: str) -> None:
@@ -236,7 +230,7 @@ def watch_compiles(env=None, say=None):
         try:
             yield notice
         except BaseException:
-            failed = notice.failed_before() if notice.cache_dir is not None and not notice.retry_failed else []
+            failed = notice.still("failed") if notice.cache_dir is not None and not notice.retry_failed else []
             if failed:
                 keys = ", ".join(failed[:3])
                 notice.say(f"The compile cache {notice.cache_dir} holds entries whose compile failed "

@@ -15,8 +15,6 @@ from mnist_mlp.common.download import ensure_mnist
 from mnist_mlp.common.errors import UsageError
 from mnist_mlp.common.mnist_files import MnistDataError, raw_dir, resolve_data_dir
 
-# --------------------------------------------------------------------------- sharding
-
 
 def _check_shard_args(rank: int, world_size: int) -> None:
     if world_size < 1 or not 0 <= rank < world_size:
@@ -107,18 +105,17 @@ class ShardSampler(Sampler[int]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def __iter__(self):
+    def next_indices(self) -> torch.Tensor:
+        """This epoch's shard (see shard_indices); the next call gives the next epoch's."""
         epoch, self.epoch = self.epoch, self.epoch + 1
-        indices = shard_indices(
-            self.dataset_size, self.rank, self.world_size, seed=self.seed, epoch=epoch, shuffle=self.shuffle
-        )
-        return iter(indices.tolist())
+        return shard_indices(self.dataset_size, self.rank, self.world_size, seed=self.seed,
+                             epoch=epoch, shuffle=self.shuffle)
+
+    def __iter__(self):
+        return iter(self.next_indices().tolist())
 
     def __len__(self) -> int:
         return self.num_samples
-
-
-# --------------------------------------------------------------------------- loaders
 
 
 def _require_split(root: Path, train: bool) -> None:
@@ -170,15 +167,13 @@ def torchvision_loader(root: str | os.PathLike | None, *, train: bool, batch_siz
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, num_workers=0)
 
 
-class FastMnistLoader:
-    """Batches sliced from one in-memory tensor, sharded and shuffled like ShardSampler.
+class FastMnistLoader(ShardSampler):
+    """Batches sliced from one in-memory tensor, sharded and shuffled as its ShardSampler part says.
 
     `images`: uint8 [N,28,28] (converted once, as ToTensor does: float32 / 255) and
     `labels`: int64 [N]. Each iteration takes the next epoch's shard permutation, gathers
     it once into a new tensor, then yields contiguous slices of it, so a batch costs almost
     nothing. Works under torch_xla's MpDeviceLoader (it uses len() and iter()).
-
-    Attributes: dataset_size (N), num_samples (this rank's shard), epoch (the next one).
     """
 
     def __init__(
@@ -198,31 +193,19 @@ class FastMnistLoader:
                 f"need uint8 images [N,28,28] and labels [N], got {images.dtype} {tuple(images.shape)} "
                 f"and {tuple(labels.shape)}"
             )
-        _check_shard_args(rank, world_size)
+        super().__init__(len(labels), rank, world_size, seed=seed, shuffle=shuffle)
         _check_batch_size(batch_size)
         _warn_if_ranks_get_unequal_batches(len(labels), world_size, batch_size, drop_last)
         # Exactly ToTensor's arithmetic (uint8 -> float32, then / 255), so values match bit for bit.
         self.images = images.unsqueeze(1).to(torch.float32).div(255)
         self.labels = labels.to(torch.int64)
-        self.batch_size = batch_size
-        self.rank, self.world_size = rank, world_size
-        self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
-        self.epoch = 0
-        self.dataset_size = len(labels)
-        self.num_samples = shard_size(self.dataset_size, rank, world_size)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Set the epoch the next iteration uses (iterating advances it by itself)."""
-        self.epoch = epoch
+        self.batch_size, self.drop_last = batch_size, drop_last
 
     def __len__(self) -> int:
         return batches_per_epoch(self.num_samples, self.batch_size, self.drop_last)
 
     def __iter__(self):
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        indices = shard_indices(
-            self.dataset_size, self.rank, self.world_size, seed=self.seed, epoch=epoch, shuffle=self.shuffle
-        )
+        indices = self.next_indices()
         return self._batches(self.images[indices], self.labels[indices])
 
     def _batches(self, images: torch.Tensor, labels: torch.Tensor):
@@ -249,8 +232,6 @@ def make_loader(kind: str, root: str | os.PathLike | None, **kwargs):
         raise ValueError(f"loader kind must be one of {sorted(LOADER_KINDS)}, got {kind!r}") from None
     return factory(root, **kwargs)
 
-
-# --------------------------------------------------------------------------- the stage scripts' loaders
 
 TRAIN_IMAGES = 60_000  # MNIST's training set
 TEST_BATCH_SIZE = 1000  # divides 10,000: every test image counts, and one graph serves all batches

