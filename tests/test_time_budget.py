@@ -1,7 +1,9 @@
 """One time budget (helpers/classroom/time_budget.py): every notebook's introduction, the
 instructor's page, the README and docs/instructor.md state its figures word for word; its
-compile counts are the graph record's new graphs (plus 03's first run into an empty cache of its
-own); its per-compile range is the tutorial's log as docs/sources.md quotes it."""
+reading counts are the notebooks'; its compile counts are the graph record's new graphs (plus
+03's first run into an empty cache of its own); its per-compile range is the tutorial's log as
+docs/sources.md quotes it; the core path with the archive fits a 3-hour workshop with time to
+spare."""
 from __future__ import annotations
 
 import json
@@ -12,7 +14,18 @@ import nbformat
 import pytest
 
 from helpers.classroom import time_budget
-from helpers.classroom.time_budget import BUDGET, SOLUTIONS, budget_table, intro_sentence, wait, workbook_sentence
+from helpers.classroom.time_budget import (
+    BUDGET,
+    READING,
+    RUN_S,
+    SOLUTIONS,
+    budget_table,
+    intro_sentence,
+    reading_counts,
+    totals,
+    wait,
+    workbook_sentence,
+)
 from tests.paths import REPO_ROOT
 
 NOTEBOOKS = {p.name[:2]: p for p in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
@@ -24,7 +37,47 @@ def introduction(path) -> str:
 
 
 def test_every_notebook_has_a_budget_row():
-    assert sorted(BUDGET) == sorted(NOTEBOOKS)
+    assert sorted(BUDGET) == sorted(READING) == sorted(RUN_S) == sorted(NOTEBOOKS)
+
+
+@pytest.mark.parametrize("number", sorted(NOTEBOOKS))
+def test_the_reading_counts_are_the_notebooks(number):
+    """The stated reading time follows the notebook: its counts within a tenth (or a few words and
+    lines) of what it holds now, its optional sections where its headings say. Refresh them with
+    `python -m helpers.classroom.time_budget --counts`."""
+    stated, counted = READING[number], reading_counts(NOTEBOOKS[number])
+    for name, slack in (("words", 40), ("code_lines", 6), ("optional_words", 40), ("optional_code_lines", 6)):
+        got, want = getattr(stated, name), getattr(counted, name)
+        assert abs(got - want) <= max(slack, 0.1 * want), f"{number} {name}: stated {got}, the notebook has {want}"
+    assert (stated.optional_words > 0) == (counted.optional_words > 0)
+
+
+def test_reading_counts_split_the_optional_sections_off(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title\n\nOne two three.\n\n## Optional · More\n\nfour five"),
+                nbformat.v4.new_code_cell("x = 1\n\ny = 2"),
+                nbformat.v4.new_markdown_cell("## Back\n\nsix"), nbformat.v4.new_code_cell("z = 3")]
+    nbformat.write(nb, tmp_path / "probe.ipynb")
+    counted = reading_counts(tmp_path / "probe.ipynb")
+    # "# Title One two three." | "## Optional · More four five" and 2 lines | "## Back six" and 1 line
+    assert counted == time_budget.Reading(5 + 3, 1, 6, 2)
+
+
+def test_the_core_path_fits_a_workshop_with_the_archive_and_time_to_spare():
+    t = totals()
+    assert t.core_with_archive <= time_budget.WORKSHOP_MIN - time_budget.SPARE_MIN, t
+    assert t.core_without_archive > t.core_with_archive  # why a learner without it starts elsewhere
+    assert t.optional > 0
+
+
+def test_the_cells_take_at_least_the_tutorials_pace():
+    """The run times are inferred; each at least the steps its runs train at the tutorial's it/s
+    plus the processes they start."""
+    start = time_budget.PROCESS_START_S
+    assert RUN_S["01"][0] >= 7500 / 287  # 4 epochs of 1,875 steps on the host CPU
+    assert RUN_S["02"][0] >= 7500 / 95 + 600 / 192 + 2 * start  # train.py synced, then MpDeviceLoader
+    assert RUN_S["04"][0] >= 450 / 163 + 900 / 192 + 2 * start  # two workers, then one
+    assert RUN_S["05"][0] >= 5 * 600 / 192 + 5 * start  # five precisions
 
 
 @pytest.mark.parametrize("number", sorted(NOTEBOOKS))
@@ -53,6 +106,7 @@ def test_the_compile_counts_are_the_graph_records_new_graphs():
     for number, path in NOTEBOOKS.items():
         b = BUDGET[number]
         assert b.compiles == new[path.name] + b.compiles_with_archive, number
+        assert b.optional_compiles <= b.compiles_with_archive  # the model: optional compiles are archive-proof
     assert SOLUTIONS.compiles == sum(n for item, n in new.items() if item.startswith("solutions/"))
 
 

@@ -1,46 +1,117 @@
-"""The workbook's clock in one table: each notebook's reading time and, apart from it, its
-compile wait on a trn1 without and with the classroom archive. Each notebook's introduction,
-notebooks/README.md, README.md and docs/instructor.md state these figures as this module writes
-them; tests/test_time_budget.py holds them to it, the compile counts to the graph record
+"""The workbook's clock in one place: each notebook's time on a trn1, from what a learner reads,
+what its cells run and what `neuronx-cc` compiles, on the core path and in its optional sections
+(headings "## Optional · ..."). Each notebook's introduction, notebooks/README.md, README.md and
+docs/instructor.md state these figures as this module writes them; tests/test_time_budget.py holds
+them to it, the reading counts to the notebooks, the compile counts to the graph record
 (notebooks/classroom_graphs.json) and the per-compile range to the tutorial's log as
 docs/sources.md quotes it. tests/test_trn1_double_pass.py holds the counts the introductions
 state to the compiles the trn1 double counts.
 
-A compile's wait is a range, not a measurement: no run-through of these notebooks on a trn1 was
-measured, and the one published log of this MLP (the AWS MLP tutorial's `train.py`, 2022)
-shows its first graph compiling in 3 min 5 s and its second in 7 s. A graph the imported
-archive holds is a cache hit instead, read in a tenth of a second in that tutorial's second run.
+- Reading: markdown words at WORDS_PER_MIN and code lines at CODE_LINES_PER_MIN, both stated
+  paces (a learner who reads each cell before running it; not measured), counted by
+  reading_counts() and kept here as data (READING) so that an edit elsewhere in a notebook moves
+  no stated figure until the counts are refreshed.
+- Cells: each notebook's run time on a trn1, compiles aside (RUN_S). Inferred: the steps each cell
+  trains at the AWS MLP tutorial's throughputs (287 it/s on the host CPU, 95 it/s per step
+  synced, 192 it/s with MpDeviceLoader, 163 it/s per worker with two), plus about PROCESS_START_S
+  for each script or torchrun it starts (not in the sources).
+- Compiles: a compile's wait is a range, not a measurement. No run-through of these notebooks on
+  a trn1 was measured, and the one published log of this MLP (the tutorial's `train.py`, 2022)
+  shows its first graph compiling in 3 min 5 s and its second in 7 s. A graph the imported
+  archive holds is a cache hit instead, read in a tenth of a second in that tutorial's second
+  run. Minutes are planned with the upper figure.
 """
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from mnist_mlp.common.compile_notice import FASTEST_COMPILE_S, SLOWEST_COMPILE_S  # the tutorial's log
+
+WORDS_PER_MIN = 150  # technical prose read to follow it: slower than everyday reading
+CODE_LINES_PER_MIN = 10  # a code line read before its cell runs: about 6 s each
+PROCESS_START_S = 15  # a script's or torchrun worker's imports and device start (inferred)
+WORKSHOP_MIN, SPARE_MIN = 180, 30  # the core path with the archive fits a 3-hour workshop, 30 min to spare
+OPTIONAL_HEADING = "## Optional · "
 
 
 @dataclass(frozen=True)
 class NotebookTime:
     title: str
-    reading_min: int
     compiles: int  # neuronx-cc runs on a trn1 stepping 00-07 in order, one shared cache
     compiles_with_archive: int = 0  # the ones the classroom archive cannot save
     why_with_archive: str = ""
+    optional_compiles: int = 0  # of `compiles`, those in optional sections (all archive-proof here)
 
 
 BUDGET = {
-    "00": NotebookTime("setup", 5, 0),
-    "01": NotebookTime("CPU training", 10, 0),
-    "02": NotebookTime("one NeuronCore", 20, 11),
-    "03": NotebookTime("compile cache", 15, 5, 2, "its first-run demo compiles `train.py`'s training "
+    "00": NotebookTime("setup", 0),
+    "01": NotebookTime("CPU training", 0),
+    "02": NotebookTime("one NeuronCore", 11),
+    "03": NotebookTime("compile cache", 5, 2, "its first-run demo compiles `train.py`'s training "
                        "and evaluation graphs into an empty cache of its own: the first compile the lesson measures"),
-    "04": NotebookTime("torchrun", 10, 3),
-    "05": NotebookTime("BF16", 20, 6),
-    "06": NotebookTime("inside a run", 20, 6, 2, "Neuron Explorer's capture compiles `train.py`'s "
-                       "training and evaluation graphs with debug metadata into a cache of its own (cached NEFFs lack it)"),
-    "07": NotebookTime("when a core wins", 10, 2),
+    "04": NotebookTime("torchrun", 3),
+    "05": NotebookTime("BF16", 6),
+    "06": NotebookTime("inside a run", 6, 2, "Neuron Explorer's capture compiles `train.py`'s "
+                       "training and evaluation graphs with debug metadata into a cache of its own (cached NEFFs lack it)",
+                       optional_compiles=2),
+    "07": NotebookTime("when a core wins", 2),
 }
-SOLUTIONS = NotebookTime("exercise solutions", 0, 2)  # 02's solution: its exercises' shapes the notebook did not compile
+SOLUTIONS = NotebookTime("exercise solutions", 2)  # 02's solution: its exercises' shapes the notebook did not compile
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a learner reads: markdown words and code lines, on the core path and in the optional
+    sections (reading_counts() of the notebook)."""
+    words: int
+    code_lines: int
+    optional_words: int = 0
+    optional_code_lines: int = 0
+
+
+READING = {  # python -m helpers.classroom.time_budget --counts prints them afresh
+    "00": Reading(630, 24),
+    "01": Reading(802, 111),
+    "02": Reading(1219, 131),
+    "03": Reading(1064, 139, 56, 7),
+    "04": Reading(1078, 68, 104, 24),
+    "05": Reading(924, 120),
+    "06": Reading(1002, 100, 117, 18),
+    "07": Reading(722, 89, 60, 21),
+}
+
+# Seconds its cells run on a trn1, compiles aside: (core path, optional sections), inferred as the
+# module says: steps at the tutorial's it/s plus PROCESS_START_S per process started.
+RUN_S = {
+    "00": (30, 0),  # the checks
+    "01": (60, 0),  # 7,500 steps at 287 it/s (26 s), the loaders compared
+    "02": (150, 0),  # train.py: 7,500 steps at 95 it/s (79 s), 600 at 192 it/s; 2 starts; 50 steps in the kernel
+    "03": (120, 30),  # runs of 5, 5 and 120 steps, the precompile trial and neuron_parallel_compile: 6 starts
+    "04": (60, 60),  # 450 steps a worker at 163 it/s, 900 at 192 it/s: 3 starts; two nodes, a missing node's 5 s
+    "05": (120, 0),  # five runs of 600 steps at 95 to 192 it/s: 5 starts
+    "06": (120, 60),  # 200 steps profiled, 150 on two workers, 50 in the kernel, TensorBoard; Explorer's capture
+    "07": (60, 20),  # the CPU sweep and three device points; the loader timed
+}
+
+
+def reading_counts(path) -> Reading:
+    """Markdown words (split on whitespace) and non-blank code lines of a notebook, a section
+    optional from a heading that starts OPTIONAL_HEADING to the next level-2 heading."""
+    words, lines, optional = [0, 0], [0, 0], False
+    for cell in json.loads(Path(path).read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            for part in re.split(r"(?m)^(?=## )", source):
+                if part.startswith("## "):
+                    optional = part.startswith(OPTIONAL_HEADING)
+                words[optional] += len(part.split())
+        elif cell["cell_type"] == "code":
+            lines[optional] += sum(1 for line in source.splitlines() if line.strip())
+    return Reading(words[0], lines[0], words[1], lines[1])
 
 
 def duration(seconds: float) -> str:
@@ -58,51 +129,114 @@ def wait(compiles: int) -> str:
     return f"{duration(compiles * FASTEST_COMPILE_S)} to {duration(compiles * SLOWEST_COMPILE_S)}"
 
 
+@dataclass(frozen=True)
+class Seconds:
+    """One notebook's planned seconds on a trn1 (compiles at their upper figure)."""
+    reading: float
+    cells: float
+    core_with_archive: float
+    core_without_archive: float
+    optional: float  # the optional sections, their compiles included
+
+
+def seconds(notebook: str) -> Seconds:
+    b, r = BUDGET[notebook], READING[notebook]
+    run, optional_run = RUN_S[notebook]
+    read = 60 * (r.words / WORDS_PER_MIN + r.code_lines / CODE_LINES_PER_MIN)
+    optional_read = 60 * (r.optional_words / WORDS_PER_MIN + r.optional_code_lines / CODE_LINES_PER_MIN)
+    core_archive_compiles = b.compiles_with_archive - b.optional_compiles
+    core_compiles = b.compiles - b.optional_compiles
+    return Seconds(read, run, read + run + core_archive_compiles * SLOWEST_COMPILE_S,
+                   read + run + core_compiles * SLOWEST_COMPILE_S,
+                   optional_read + optional_run + b.optional_compiles * SLOWEST_COMPILE_S
+                   if r.optional_words or r.optional_code_lines else 0)
+
+
+def minutes(notebook: str) -> Seconds:
+    """seconds(), each figure in whole minutes rounded up."""
+    s = seconds(notebook)
+    return Seconds(*(math.ceil(value / 60) for value in
+                     (s.reading, s.cells, s.core_with_archive, s.core_without_archive, s.optional)))
+
+
 def intro_sentence(notebook: str) -> str:
-    """The line a notebook's introduction states its time with, word for word."""
-    b = BUDGET[notebook]
+    """The lines a notebook's introduction states its time with, word for word."""
+    b, m = BUDGET[notebook], minutes(notebook)
+    parts = f"{m.reading} to read, {m.cells} of cells on a trn1"
     if not b.compiles:
-        return f"**Time:** {b.reading_min} min to read; no `neuronx-cc` compile."
-    archive = (f"{b.compiles_with_archive} runs, {wait(b.compiles_with_archive)}"
-               if b.compiles_with_archive else "none")
-    return (f"**Time:** {b.reading_min} min to read. Compile wait on a trn1: `neuronx-cc` runs "
-            f"**{b.compiles} times**, {wait(b.compiles)}; with the classroom archive, {archive}.")
+        text = f"**Time:** {m.core_with_archive} min ({parts}). No `neuronx-cc` compile."
+    else:
+        kept = b.compiles_with_archive
+        archive = (f"{kept} even with the archive" + (" (in an optional part)" if b.optional_compiles else "")
+                   if kept else "none with the archive")
+        text = (f"**Time:** {m.core_with_archive} min with the classroom archive, {m.core_without_archive} "
+                f"without ({parts}). `neuronx-cc` runs **{b.compiles} times**, {archive}.")
+    if m.optional:
+        text += f" Optional parts add {m.optional} min."
+    return text
 
 
-def totals() -> NotebookTime:
+@dataclass(frozen=True)
+class Totals:
+    reading: int
+    core_with_archive: int
+    core_without_archive: int
+    optional: int
+    compiles: int
+    compiles_with_archive: int
+
+
+def totals() -> Totals:
+    """The whole workbook's minutes (its notebooks' seconds summed, then rounded up) and compiles."""
+    every = [seconds(n) for n in BUDGET]
     rows = [*BUDGET.values(), SOLUTIONS]
-    return NotebookTime("whole workbook", sum(r.reading_min for r in rows),
-                        sum(r.compiles for r in rows), sum(r.compiles_with_archive for r in rows))
+    return Totals(*(math.ceil(sum(getattr(s, name) for s in every) / 60) for name in
+                    ("reading", "core_with_archive", "core_without_archive", "optional")),
+                  sum(r.compiles for r in rows), sum(r.compiles_with_archive for r in rows))
+
+
+def hours(minutes_: int) -> str:
+    return duration(60 * minutes_)
 
 
 def workbook_sentence() -> str:
     """The whole workbook's figures, as README.md and docs/instructor.md state them."""
     t = totals()
-    return (f"{t.reading_min} minutes of reading; on a trn1, {t.compiles} `neuronx-cc` "
-            f"runs, {wait(t.compiles)} of compile wait, or {t.compiles_with_archive} runs "
-            f"({wait(t.compiles_with_archive)}) with the classroom archive")
+    return (f"The core path takes {hours(t.core_with_archive)} on a trn1 with the classroom archive "
+            f"and {hours(t.core_without_archive)} without it; the optional sections add "
+            f"{hours(t.optional)}. In all `neuronx-cc` runs {t.compiles} times ({wait(t.compiles)}), "
+            f"or {t.compiles_with_archive} times ({wait(t.compiles_with_archive)}) with the archive")
 
 
 def budget_table() -> str:
     """The table notebooks/README.md shows (markdown)."""
-    lines = ["| notebook | reading | `neuronx-cc` runs on a trn1 | compile wait | with the "
-             "classroom archive |", "|---|---|---|---|---|"]
+    lines = ["| notebook | reading | cells on a trn1 | `neuronx-cc` runs | core path, with the archive | "
+             "without it | optional sections |", "|---|---|---|---|---|---|---|"]
     for number, b in BUDGET.items():
-        archive = (f"{b.compiles_with_archive} runs, {wait(b.compiles_with_archive)} "
-                   f"({b.why_with_archive})" if b.compiles_with_archive else "none")
-        lines.append(f"| {number} · {b.title} | {b.reading_min} min | {b.compiles} | "
-                     f"{wait(b.compiles)} | {archive} |")
-    lines.append(f"| {SOLUTIONS.title} | | {SOLUTIONS.compiles} | {wait(SOLUTIONS.compiles)} | "
-                 "none (an answer other than the solution's compiles its own graphs, once) |")
+        m = minutes(number)
+        kept = f" ({b.compiles_with_archive} with the archive: {b.why_with_archive})" if b.compiles_with_archive else ""
+        lines.append(f"| {number} · {b.title} | {m.reading} min | {m.cells} min | {b.compiles}, "
+                     f"{wait(b.compiles)}{kept} | {m.core_with_archive} min | {m.core_without_archive} min | "
+                     f"{f'{m.optional} min' if m.optional else 'none'} |")
+    lines.append(f"| {SOLUTIONS.title} | | | {SOLUTIONS.compiles}, {wait(SOLUTIONS.compiles)} (an answer "
+                 "other than the solution's compiles its own graphs, once) | | | |")
     t = totals()
-    lines.append(f"| **{t.title}** | **{t.reading_min} min** | **{t.compiles}** | "
-                 f"**{wait(t.compiles)}** | **{t.compiles_with_archive} runs, "
-                 f"{wait(t.compiles_with_archive)}** |")
+    lines.append(f"| **whole workbook** | **{t.reading} min** | | **{t.compiles}, {wait(t.compiles)}** | "
+                 f"**{hours(t.core_with_archive)}** | **{hours(t.core_without_archive)}** | "
+                 f"**{hours(t.optional)}** |")
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # prints what the docs paste in: python -m helpers.classroom.time_budget
-    for number in BUDGET:
-        print(number, intro_sentence(number))
-    print(budget_table())
-    print(workbook_sentence())
+if __name__ == "__main__":  # prints what the docs paste in: python -m helpers.classroom.time_budget [--counts]
+    import sys
+
+    from mnist_mlp.common.paths import REPO_ROOT
+
+    if "--counts" in sys.argv:
+        for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+            print(f"    \"{path.name[:2]}\": {reading_counts(path)},")
+    else:
+        for number in BUDGET:
+            print(number, intro_sentence(number))
+        print(budget_table())
+        print(workbook_sentence())
