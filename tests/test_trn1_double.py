@@ -229,6 +229,11 @@ def test_the_pass_judges_each_platform_line_against_the_journal():
     right = NotebookOnDouble("nb", outputs=outputs, kernel_pid=10)
     judge_platform_lines(right, events)
     assert right.wrong_platform_lines == [] and len(right.platform_lines) == 4 and not right.set_after_read
+    # A plain script that named no cores: the sources disagree (every core, or the set-up's one)
+    unnamed = NotebookOnDouble("nb", outputs=summary.format(2), kernel_pid=10)
+    judge_platform_lines(unnamed, [{"event": "reserved", "pid": 13, "argv0": "train.py", "cores": [0],
+                                    "read": {"NEURON_RT_NUM_CORES": "1"}, "set_up_set": ["NEURON_RT_NUM_CORES"]}])
+    assert unnamed.wrong_platform_lines == [] and "undecided" in unnamed.undecided_platform_lines[0]
 
 
 KERNEL = ("import sys\n"

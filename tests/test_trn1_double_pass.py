@@ -37,6 +37,8 @@ def workbook_on_trn1(tmp_path_factory):
                   f"the argument in helpers/classroom/time_budget.py")
         for line in r.platform_lines + r.wrong_platform_lines:
             print(f"trn1 double: {r.name}: {'ok' if line in r.platform_lines else 'WRONG'}: {line}")
+        for line in r.undecided_platform_lines:
+            print(f"trn1 double: {r.name}: ? {line}")
     return {r.name[:2]: r for r in results}
 
 

@@ -45,6 +45,7 @@ class NotebookOnDouble:
     kernel_pid: int | None = None
     set_after_read: list[str] = field(default_factory=list)  # cores set after the runtime read them
     platform_lines: list[str] = field(default_factory=list)  # platform lines judged, and how
+    undecided_platform_lines: list[str] = field(default_factory=list)  # where the sources disagree
     wrong_platform_lines: list[str] = field(default_factory=list)  # those the journal contradicts
 
 
@@ -85,12 +86,24 @@ def judge_platform_lines(result: NotebookOnDouble, events: list[dict]) -> None:
             (result.platform_lines if ok else result.wrong_platform_lines).append(
                 f"kernel's 'NeuronCores visible: {visible}': "
                 + (f"it reserved {kernel[0]}" if kernel else "it never opened the device"))
-    others = sorted(len(e["cores"]) for e in reserved
-                    if e["pid"] != result.kernel_pid and e["argv0"].endswith(".py"))
+    scripts = [e for e in reserved if e["pid"] != result.kernel_pid and e["argv0"].endswith(".py")]
+    # A plain process that named no cores: the runtime's default is every core, torch-neuronx's
+    # set-up (its public copy, release unknown) asks for one; the double follows the copy.
+    unnamed = sorted(len(e["cores"]) for e in scripts if "NEURON_RT_NUM_CORES" in e.get("set_up_set", ())
+                     and "NEURON_RT_VISIBLE_CORES" not in e.get("read", {}))
+    others = sorted(len(e["cores"]) for e in scripts)
     for visible in summaries:
         if visible in others:
             others.remove(visible)
+            if visible in unnamed:
+                unnamed.remove(visible)
             result.platform_lines.append(f"a script's 'NeuronCores visible: {visible}': a script reserved that many")
+        elif unnamed:
+            others.remove(unnamed.pop(0))
+            result.undecided_platform_lines.append(
+                f"a script's 'NeuronCores visible: {visible}': undecided, its process named no cores "
+                "(the runtime's default: every core; torch-neuronx's set-up, as its public copy "
+                "reads: NEURON_RT_NUM_CORES=1, which the double follows)")
         else:
             result.wrong_platform_lines.append(
                 f"a script's 'NeuronCores visible: {visible}': no script process of this notebook "

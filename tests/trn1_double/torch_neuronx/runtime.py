@@ -43,7 +43,8 @@ def reserve_cores() -> list[int]:
     lock_dir = rules.platform_root() / "run/neuron"
     lock_dir.mkdir(parents=True, exist_ok=True)
     later = {name: os.environ.get(name) for name in CORE_VARIABLES if os.environ.get(name) != read.get(name)}
-    noted = {"read": read, **({"set_after_read": later} if later else {})}
+    noted = {"read": read, **({"set_after_read": later} if later else {}),
+             **({"set_up_set": _state["set_up_set"]} if _state.get("set_up_set") else {})}
     if isinstance(wanted, int):  # NEURON_RT_NUM_CORES: "reserve the number of free NeuronCores"
         taken = []
         for core in range(rules.machine_cores()):
@@ -242,13 +243,14 @@ def _patch_metrics(met) -> None:
     met.counter_value = counting_the_neuron_compile(met.counter_value)
 
 
-def install() -> None:
+def install(set_up_set=()) -> None:
     """torch-neuronx's set-up on the double (torch_neuronx.xla.init, during `import torch_xla`):
     read the runtime's core variables, and patch this process's torch-xla so the rules above
     apply."""
     if _state["xla_cache"] is not None:
         return
     read_core_variables()
+    _state["set_up_set"] = list(set_up_set)  # the core variables torch-neuronx's set-up wrote
     # What children inherit, as on a trn1 (torch-xla finds libneuronpjrt there); this process
     # alone runs its client on the CPU (start()).
     os.environ["PJRT_DEVICE"] = "NEURON"

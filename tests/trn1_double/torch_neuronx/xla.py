@@ -40,7 +40,10 @@ def configure_pjrt_environment() -> None:
 
 def init() -> None:
     libneuronxla.configure_environment()
-    configure_pjrt_environment()
     from torch_neuronx import runtime
 
-    runtime.install()  # reads the runtime's variables now (the module's docstring)
+    before = {name: os.environ.get(name) for name in runtime.CORE_VARIABLES}
+    configure_pjrt_environment()
+    if os.environ.get("PJRT_DEVICE", "NEURON") != "NEURON":
+        return  # PJRT_DEVICE=CPU (or another device): no Neuron runtime starts in this process
+    runtime.install(set_up_set=[name for name, value in before.items() if os.environ.get(name) != value])
