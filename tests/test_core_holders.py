@@ -110,6 +110,10 @@ def test_each_kind_of_holder_described():
     assert holder(kernel=False, core_env=()).describe() == (
         "pid 100, a process, holds /dev/neuron0, /dev/neuron1 (cores: not pinned (no "
         "NEURON_RT_VISIBLE_CORES when it started: it may hold every core it could see)): CMD")
+    # A kernel pinned by setup() after it started: its start-up environment cannot show it
+    pinned_later = holder(core_env=()).describe()
+    assert "not pinned" not in pinned_later and "chooses its cores after it starts" in pinned_later
+    assert "its start-up environment does not show" in pinned_later
     assert holder(this=True, core_env=(("NEURON_RT_VISIBLE_CORES", "0"),)).describe() == (
         "pid 100, this notebook's own kernel, holds /dev/neuron0, /dev/neuron1 (cores: "
         "NEURON_RT_VISIBLE_CORES=0): CMD")

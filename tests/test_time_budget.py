@@ -1,9 +1,9 @@
 """One time budget (helpers/classroom/time_budget.py): every notebook's introduction, the
 instructor's page, the README and docs/instructor.md state its figures word for word; its
 reading counts are the notebooks'; its compile counts are the graph record's new graphs (plus
-03's first run into an empty cache of its own); its per-compile range is the tutorial's log as
-docs/sources.md quotes it; the core path with the archive fits a 3-hour workshop with time to
-spare."""
+03's first run into an empty cache of its own; less what only the stand-in's mechanics compile,
+by the budget's own argument); its per-compile range is the tutorial's log as docs/sources.md
+quotes it; the core path with the archive fits a 3-hour workshop with time to spare."""
 from __future__ import annotations
 
 import json
@@ -96,7 +96,15 @@ def test_the_docs_state_the_same_figures():
     assert budget_table() in (REPO_ROOT / "notebooks/README.md").read_text()
 
 
+# Graphs the stand-in's record holds that a trn1 does not compile, by the argument in the row's
+# comment (helpers/classroom/time_budget.py): 04's gloo average cuts the step in two; 05's
+# bf16-sr emulates on the stand-in the rounding a NeuronCore does in hardware.
+STAND_IN_ONLY = {"04": 1, "05": 1}
+
+
 def test_the_compile_counts_are_the_graph_records_new_graphs():
+    """The stand-in's new graphs, less those its own mechanics add (STAND_IN_ONLY); a trn1's
+    count for such a row is an argument, reported undecided by the trn1 double's pass."""
     record = json.loads((REPO_ROOT / "notebooks/classroom_graphs.json").read_text())
     by_item = record["backends"]["xla-cpu"]["by_item"]
     seen, new = set(), {}
@@ -105,7 +113,7 @@ def test_the_compile_counts_are_the_graph_records_new_graphs():
         seen |= set(by_item[item])
     for number, path in NOTEBOOKS.items():
         b = BUDGET[number]
-        assert b.compiles == new[path.name] + b.compiles_with_archive, number
+        assert b.compiles == new[path.name] - STAND_IN_ONLY.get(number, 0) + b.compiles_with_archive, number
         assert b.optional_compiles <= b.compiles_with_archive  # the model: optional compiles are archive-proof
     assert SOLUTIONS.compiles == sum(n for item, n in new.items() if item.startswith("solutions/"))
 

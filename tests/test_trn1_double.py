@@ -18,28 +18,40 @@ def python(code, env, **kw):
                             **kw)
 
 
+LATE = ("import os, sys, torch, torch_xla\n"  # imported first: torch-neuronx's set-up reads now
+        "from mnist_mlp.common.backend import select_backend\n"
+        "b = select_backend()\n"
+        "os.environ['NEURON_RT_VISIBLE_CORES'] = '1'\n"  # too late to be read
+        "d = b.device; print(b.name, flush=True); sys.stdin.read()")
+
+
 @pytest.mark.e2e
 def test_a_held_core_refuses_the_next_process_with_the_runtime_line(tmp_path):
-
+    """The runtime's variables are read at torch-neuronx's set-up, during `import torch_xla`
+    (the earliest point a source allows): a process that imported torch_xla before choosing its
+    cores asks for every core (the set-up acts for PJRT_DEVICE=NEURON only, unset then), is refused
+    the held one with the runtime's line, and the journal shows the value set too late. A process
+    naming no cores, in the workbook's order, gets one free core (the set-up's
+    NEURON_RT_NUM_CORES=1)."""
     env = instance_env(tmp_path)
     holder = python(HOLD, {**env, "NEURON_RT_VISIBLE_CORES": "0"})
     try:
         assert holder.stdout.readline().strip() == "neuron"
-        other = python(HOLD, {**env, "NEURON_RT_VISIBLE_CORES": "1"})  # the free core: fine
-        assert other.stdout.readline().strip() == "neuron"
-        other.communicate("", timeout=60)
-        every = python(HOLD, env)  # no variable: every core, 0 included
-        _, err = every.communicate("", timeout=60)
-        assert every.returncode != 0
+        late = python(LATE, env)
+        _, err = late.communicate("", timeout=120)
+        assert late.returncode != 0
         assert ("ERROR NRT:nrt_allocate_neuron_cores NeuronCore(s) not available - "
                 "Requested:nc0-nc1 Available:1") in err
+        other = python(HOLD, env)  # no variable: one free core, core 1
+        assert other.stdout.readline().strip() == "neuron"
+        other.communicate("", timeout=60)
     finally:
         holder.communicate("", timeout=60)
-    events = [(e["event"], e.get("cores")) for e in journal(tmp_path)]
-    assert events == [("reserved", [0]), ("reserved", [1]), ("refused", [0, 1])]
-    again = python(HOLD, env)  # the holder exited: its cores are free again
-    assert again.stdout.readline().strip() == "neuron"
-    again.communicate("", timeout=60)
+    events = [(e["event"], e.get("cores"), e["read"], e.get("set_after_read")) for e in journal(tmp_path)]
+    assert events == [
+        ("reserved", [0], {"NEURON_RT_VISIBLE_CORES": "0", "NEURON_RT_NUM_CORES": "1"}, None),
+        ("refused", [0, 1], {}, {"NEURON_RT_VISIBLE_CORES": "1"}),
+        ("reserved", [1], {"NEURON_RT_NUM_CORES": "1"}, None)]
 
 
 @pytest.fixture
@@ -82,6 +94,13 @@ def test_the_cache_the_environment_selects(rules, tmp_path):
     both = {"NEURON_COMPILE_CACHE_URL": "/u", "NEURON_CC_FLAGS": "-O1 --cache_dir=/d"}
     assert rules.cache_root(both) == "/d"  # --cache_dir wins, as the env-vars page says
     assert rules.compiler_flags(both) == ["-O1"]
+    # Both spellings, the last one winning (the tool reads it with libneuronxla's parser)
+    twice = {"NEURON_CC_FLAGS": "--cache_dir=/a -O1 --cache_dir '/b c' --retry_failed_compilation"}
+    assert rules.cache_root(twice) == "/b c" and rules.compiler_flags(twice) == ["-O1"]
+    # An s3:// cache is a cache location ("it will use AWS S3 as cache backend"): the double
+    # keeps it in a directory standing in for the bucket
+    assert rules.cache_directory({"NEURON_COMPILE_CACHE_URL": "s3://bucket/p/"}) == tmp_path / "s3/bucket/p"
+    assert rules.VERSION_DIR.startswith("neuronxcc-2.26.6360.0+")  # the documented +<build>
 
 
 COMPILE_ONE = ("from mnist_mlp.common.backend import select_backend\n"
@@ -129,24 +148,36 @@ def test_neuron_parallel_compile_compiles_the_graphs_its_trial_names_then_finds_
     cold = parallel_compile(COMPILE_ONE, instance)
     assert cold.returncode == 0, cold.stdout[-2000:]
     assert "Extracting graphs (" in cold.stdout and "Total graphs: 1" in cold.stdout
-    assert "15.0" not in cold.stdout.split("Extracting")[-1]  # the trial's value is not real
+    # "execute empty stubs with zero outputs" (NEURON_EXTRACT_GRAPHS_ONLY): the trial reads 0.0
+    assert "\n0.0\n" in cold.stdout and "15.0" not in cold.stdout
     assert [e["event"] for e in journal(tmp_path) if e["event"] not in ("reserved", "compiling")] == [
         "extracted", "trial", "compiled"]
+    seen = len(journal(tmp_path))
     warm = parallel_compile(COMPILE_ONE, instance)
-    assert warm.returncode == 0 and "No todo hlos found" in warm.stdout
-    assert "Total graphs" not in warm.stdout
+    # What the tool prints over a warm cache is not in the sources: only that nothing compiles
+    assert warm.returncode == 0, warm.stdout[-2000:]
+    assert [(e["event"], e.get("in_cache")) for e in journal(tmp_path)[seen:]
+            if e["event"] not in ("reserved", "trial")] == [("extracted", True)]
 
 
 @pytest.mark.e2e
-def test_neuron_parallel_compile_stops_on_a_failed_trial_and_exits_with_the_failed_count(instance):
+def test_neuron_parallel_compile_stops_on_a_failed_trial_and_exits_with_the_failed_count(instance, tmp_path):
     crash = "import sys; sys.exit(3)"
     stopped = parallel_compile(crash, instance)
     assert stopped.returncode == 1 and "There was an error in the training script." in stopped.stdout
     assert "Total graphs" not in stopped.stdout and "No todo" not in stopped.stdout
     ignored = parallel_compile(crash, {**instance, "NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE": "1"})
     assert ignored.returncode == 0 and "No todo hlos found" in ignored.stdout
-    failing = parallel_compile(COMPILE_ONE, {**instance, "TRN1_DOUBLE_FAIL_COMPILE": "*"})
+    # NEURON_PARALLEL_COMPILE_MAX_RETRIES=1: "will try compilation 1 more time"; the cache named
+    # by the last of two --cache_dir flags, in the second spelling
+    failing = parallel_compile(COMPILE_ONE, {
+        **instance, "TRN1_DOUBLE_FAIL_COMPILE": "*", "NEURON_PARALLEL_COMPILE_MAX_RETRIES": "1",
+        "NEURON_CC_FLAGS": f"--cache_dir={tmp_path}/first --cache_dir {tmp_path}/second"})
     assert failing.returncode == 1 and "Total failed compilations: 1" in failing.stdout
+    assert "after 1 retries" in failing.stdout
+    assert list((tmp_path / "second").glob("neuronxcc-*+*/MODULE_*/model.log"))
+    assert not (tmp_path / "first").exists()
+    assert [e["event"] for e in journal(tmp_path)].count("retry") == 1
 
 
 @pytest.mark.e2e
@@ -165,3 +196,73 @@ def test_a_compile_interrupted_by_ctrl_c_is_cached_as_failed(instance, tmp_path)
     assert not list(tmp_path.glob("var/tmp/neuron-compile-cache/*/*/*.lock"))
     again = run_double(COMPILE_ONE, instance)
     assert again.returncode != 0 and "Got a cached failed neff" in again.stderr
+    # The stored failure: model.log, in a public cache's shape, and no NEFF; the product reads it
+    from mnist_mlp.common.compile_cache import module_state
+
+    entry, = tmp_path.glob("var/tmp/neuron-compile-cache/neuronxcc-*+*/MODULE_*")
+    assert sorted(p.name for p in entry.iterdir()) == ["compile_flags.json", "model.hlo_module.pb", "model.log"]
+    assert (entry / "model.log").read_text().startswith("Failed compilation with ['neuronx-cc', '--target=trn1'")
+    assert module_state(entry) == "failed"
+
+
+def test_the_pass_judges_each_platform_line_against_the_journal():
+    """A kernel that says it takes core 0 and reserved 0-1, a script whose summary says 2 cores
+    while it reserved 1, and cores set after the runtime read them: each named; true lines pass."""
+    from tests.trn1_double.workbook_pass import NotebookOnDouble, judge_platform_lines
+
+    summary = ("Backend: Neuron (Trainium NeuronCore through PyTorch/XLA) | torch 2.9.0 | "
+               "NeuronCores visible: {} | why: …")
+    outputs = "\n".join([summary.format(1), "NeuronCores: this kernel takes 0 (NEURON_RT_VISIBLE_CORES=0)",
+                         summary.format(1), "[rank0]: [rank 0] " + summary.format(2)])
+    events = [{"event": "reserved", "pid": 10, "argv0": "ipykernel_launcher.py", "cores": [0, 1]},
+              {"event": "reserved", "pid": 11, "argv0": "train.py", "cores": [1]},
+              {"event": "reserved", "pid": 12, "argv0": "train_torchrun.py", "cores": [0],
+               "read": {"NEURON_RT_NUM_CORES": "1"}, "set_after_read": {"NEURON_RT_VISIBLE_CORES": "1"}}]
+    wrong = NotebookOnDouble("nb", outputs=outputs, kernel_pid=10)
+    judge_platform_lines(wrong, events)
+    assert [line.split(":")[0] for line in wrong.wrong_platform_lines] == [
+        "'NeuronCores", "kernel's 'NeuronCores visible", "a script's 'NeuronCores visible"]
+    assert "no script process of this notebook reserved that many" in wrong.wrong_platform_lines[-1]
+    assert len(wrong.set_after_read) == 1 and "pid 12" in wrong.set_after_read[0]
+    events[0]["cores"], events[2]["cores"] = [0], [0, 1]
+    del events[2]["set_after_read"]
+    right = NotebookOnDouble("nb", outputs=outputs, kernel_pid=10)
+    judge_platform_lines(right, events)
+    assert right.wrong_platform_lines == [] and len(right.platform_lines) == 4 and not right.set_after_read
+    # A plain script that named no cores: the sources disagree (every core, or the set-up's one)
+    unnamed = NotebookOnDouble("nb", outputs=summary.format(2), kernel_pid=10)
+    judge_platform_lines(unnamed, [{"event": "reserved", "pid": 13, "argv0": "train.py", "cores": [0],
+                                    "read": {"NEURON_RT_NUM_CORES": "1"}, "set_up_set": ["NEURON_RT_NUM_CORES"]}])
+    assert unnamed.wrong_platform_lines == [] and "undecided" in unnamed.undecided_platform_lines[0]
+
+
+KERNEL = ("import sys\n"
+          "from helpers.setup import setup\n"
+          "try:\n"
+          "    b = setup(data=False)\n"
+          "except Exception as error:\n"
+          "    print(type(error).__name__, error, flush=True); sys.exit(1)\n"
+          "d = b.device; print('holds', flush=True); sys.stdin.read()")
+
+
+@pytest.mark.e2e
+def test_a_kernel_left_open_refuses_the_next_notebooks_setup_naming_it_and_why(tmp_path):
+    """The learner who forgets to shut a kernel down: the next notebook's setup() stops before
+    touching the device, naming the holder, and says why its cores cannot be read (setup() pinned
+    them after that kernel started), not that it pinned none. Both processes carry
+    `ipykernel_launcher` in their command line, as a Jupyter kernel does."""
+    env = instance_env(tmp_path)
+    first = subprocess.Popen([sys.executable, "-c", KERNEL, "ipykernel_launcher"], env=env,
+                             cwd=REPO_ROOT, text=True, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        lines = [first.stdout.readline() for _ in range(3)]
+        assert lines[-1].strip() == "holds", lines
+        second = run_double(KERNEL.replace("sys.stdin.read()", ""), env)
+        out = second.stdout
+        assert second.returncode == 1 and out.startswith("NeuronCoresHeld Another process holds"), out
+        assert f"pid {first.pid}, a Jupyter kernel" in out
+        assert "a notebook kernel chooses its cores after it starts" in out and "not pinned" not in out
+    finally:
+        first.communicate("", timeout=60)
+    assert [(e["event"], e["cores"]) for e in journal(tmp_path)] == [("reserved", [0])]  # the second never opened it

@@ -30,6 +30,15 @@ def workbook_on_trn1(tmp_path_factory):
         print(f"trn1 double: {r.name}: compiled by {r.compiled_by}")
         for line in r.undecided:
             print(f"trn1 double: {r.name}: {line}")
+        if r.split_compiles:
+            print(f"trn1 double: {r.name}: ? neuronx-cc runs undecided here: {r.split_compiles} of "
+                  f"{len(r.compiled)} by processes whose all-reduce the double ran outside the step's "
+                  f"graph (journal: reduced-outside-graph); a trn1's count ({r.stated_compiles}) is "
+                  f"the argument in helpers/classroom/time_budget.py")
+        for line in r.platform_lines + r.wrong_platform_lines:
+            print(f"trn1 double: {r.name}: {'ok' if line in r.platform_lines else 'WRONG'}: {line}")
+        for line in r.undecided_platform_lines:
+            print(f"trn1 double: {r.name}: ? {line}")
     return {r.name[:2]: r for r in results}
 
 
@@ -62,6 +71,14 @@ def test_each_notebook_runs_the_compiler_as_often_as_its_introduction_says(workb
             if n not in undecided and r.stated_compiles != len(r.compiled)} == {}
     assert {n: (r.stated_compiles, len(r.compiled)) for n, r in stated.items()
             if n in undecided and r.stated_compiles > len(r.compiled)} == {}
+
+
+def test_every_platform_line_is_what_the_journal_says_its_process_held(workbook_on_trn1):
+    """The cores a kernel or script says it takes or sees, against the reservations the double's
+    runtime journaled for it; and no process set its cores after torch-neuronx's set-up read them."""
+    assert {n: r.set_after_read for n, r in workbook_on_trn1.items() if r.set_after_read} == {}
+    assert {n: r.wrong_platform_lines for n, r in workbook_on_trn1.items() if r.wrong_platform_lines} == {}
+    assert sum(len(r.platform_lines) for r in workbook_on_trn1.values()) >= 8  # lines were judged
 
 
 def test_no_graph_asked_for_debug_metadata_is_read_from_a_cache_without_it(workbook_on_trn1):

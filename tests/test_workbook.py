@@ -10,6 +10,7 @@ import pytest
 import helpers.setup.notebook_kernel as workbook
 from helpers.setup.core_holders import BUSY_CORE_MESSAGES, CORE_RULE, neuron_device_holders
 from helpers.setup.notebook_kernel import (
+    CoresChosenTooLate,
     NeuronCoresHeld,
     refuse_other_holders,
     remaining_cores,
@@ -133,9 +134,11 @@ def test_monitors_and_this_process_do_not_count(machine):
 
 def unset_cores(monkeypatch):
     """No NEURON_RT_VISIBLE_CORES now, and whatever setup() sets is undone after the test
-    (a delenv of an absent variable records nothing to undo, a setenv does)."""
+    (a delenv of an absent variable records nothing to undo, a setenv does); torch_xla not yet
+    imported, as in a fresh kernel (restored after the test)."""
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "")
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES")
+    monkeypatch.delitem(sys.modules, "torch_xla", raising=False)
 
 
 @pytest.fixture
@@ -157,6 +160,25 @@ def test_setup_on_neuron_takes_one_core_and_says_so(neuron_setup, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("Backend: Neuron") and "NeuronCores visible: 1" in out[0]
     assert out[1] == "NeuronCores: this kernel takes 0 (NEURON_RT_VISIBLE_CORES=0)"
+
+
+def test_setup_picks_neuron_without_importing_torch_xla_or_torch_neuronx(neuron_setup, monkeypatch):
+    """The cores are set before torch_xla's import, which on a Neuron host runs torch-neuronx's
+    set-up of the runtime (docs/sources.md): choosing the backend imports neither."""
+    monkeypatch.delitem(sys.modules, "torch_neuronx", raising=False)
+    setup(data=False)
+    assert "torch_xla" not in sys.modules and "torch_neuronx" not in sys.modules
+    assert os.environ["NEURON_RT_VISIBLE_CORES"] == "0"
+
+
+def test_a_kernel_that_imported_torch_xla_first_is_told_to_restart(neuron_setup, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_xla", sys.modules.get("torch_xla") or sys)
+    with pytest.raises(CoresChosenTooLate, match=r"imported in this kernel before setup\(\) chose"
+                       r".*Restart the kernel"):
+        setup(data=False)
+    assert "NEURON_RT_VISIBLE_CORES" not in os.environ  # nothing half-done
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "1")  # set before the kernel started: kept
+    assert setup(data=False).neuron_cores == 1
 
 
 def test_setup_for_a_torchrun_notebook_leaves_every_core_to_the_workers(neuron_setup, capsys):

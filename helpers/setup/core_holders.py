@@ -4,11 +4,11 @@ How many cores a process takes (the one statement the workbook makes, CORE_RULE 
 the Neuron runtime "initializes all the cores present in the system and reserves them for the
 current process", and "Once a NeuronCore is reserved for a process, it cannot be used by another
 process at all, until the process reserving that NeuronCore is terminated" (Neuron Runtime
-configuration guide, 2.31). torch-xla 2.9 narrows that only for the processes torchrun or its own
-launcher starts (torch_xla/_internal/neuron.py sets NEURON_RT_VISIBLE_CORES to the worker's
-LOCAL_RANK there), never for a plain process such as a notebook kernel; torch-neuronx, which takes
-over start-up when installed, is not public code, so the workbook relies on neither default and
-sets NEURON_RT_VISIBLE_CORES itself (helpers.setup.notebook_kernel.setup).
+configuration guide, 2.31). On a Neuron host `import torch_xla` hands start-up to torch-neuronx
+(torch-xla 2.9's `_aws_ec2_inf_trn_init`), whose public copy asks for one free core per process
+(NEURON_RT_NUM_CORES=1; its release is not known); torch-xla's own narrowing to the local rank
+(torch_xla/_internal/neuron.py) runs only without torch-neuronx. The workbook relies on neither
+and sets NEURON_RT_VISIBLE_CORES itself, before that import (helpers.setup.notebook_kernel.setup).
 
 Opening /dev/neuron* is not always holding a core, but the sources single out neuron-top: the
 torch-neuronx troubleshooting entry for "NeuronCore(s) not available" says to "terminate any
@@ -51,16 +51,16 @@ DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.31.0/"
 RUNTIME_CONFIGURATION = DOCS + "neuron-runtime/guides/configuration-guide.html"
 TRAINING_TROUBLESHOOTING = DOCS + "frameworks/torch/torch-neuronx/training-troubleshooting.html"
 RUNTIME_TROUBLESHOOTING = DOCS + "neuron-runtime/nrt-troubleshoot.html"
-TORCH_XLA_NEURON = ("https://github.com/pytorch/xla/blob/v2.9.0/torch_xla/_internal/neuron.py"
-                    "#L76-L77")
+TORCH_XLA_NEURON = ("https://github.com/pytorch/xla/blob/v2.9.0/torch_xla/__init__.py"
+                    "#L119-L142")
 
 # The one statement of how many NeuronCores a process takes (sources in the module docstring
 # and docs/sources.md).
 CORE_RULE = (
     "By default the Neuron runtime reserves every NeuronCore it can see for the process that "
-    "starts it, until that process exits; torch-xla sets NEURON_RT_VISIBLE_CORES only for "
-    "torchrun's workers (one core each), so the workbook gives each notebook kernel its cores "
-    "explicitly.")
+    "starts it, until that process exits; what torch-neuronx's set-up at `import torch_xla` "
+    "narrows is not documented, so the workbook gives each notebook kernel its cores "
+    "explicitly, before that import.")
 CORE_RULE_SOURCES = (RUNTIME_CONFIGURATION, TORCH_XLA_NEURON)
 
 
@@ -110,6 +110,13 @@ class DeviceHolder:
             return "none known (a reader: neuron-ls or neuron-monitor)"
         if self.core_env is None:
             return "unknown (its environment is not readable by this user)"
+        if not self.core_env and self.is_jupyter_kernel:
+            # A notebook's setup() pins its kernel after the kernel started: /proc/<pid>/environ
+            # keeps the environment the process started with, so it cannot show that choice.
+            return ("not readable: a notebook kernel chooses its cores after it starts (setup() "
+                    "sets NEURON_RT_VISIBLE_CORES inside it, core 0 unless its first cell says "
+                    "otherwise), which its start-up environment does not show; a kernel that used "
+                    "the device without setup() may hold every core")
         if not self.core_env:
             return ("not pinned (no NEURON_RT_VISIBLE_CORES when it started: it may hold every "
                     "core it could see)")

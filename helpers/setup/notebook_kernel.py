@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from pathlib import Path
 
 from helpers.launch.processes import KERNEL_ONLY, venv_bin_first
@@ -18,6 +19,17 @@ CORES_VARIABLE = "NEURON_RT_VISIBLE_CORES"
 
 class NeuronCoresHeld(RuntimeError):
     """Another process holds the Neuron device: this notebook would fail, or wait, on it."""
+
+
+class CoresChosenTooLate(RuntimeError):
+    """torch_xla was imported in this kernel before setup() chose its NeuronCores."""
+
+
+TOO_LATE = ("NeuronCores: torch_xla was imported in this kernel before setup() chose its cores. "
+            "On a Neuron host that import runs torch-neuronx's set-up, which configures the Neuron "
+            "runtime from the environment as it was then (without {variable}={cores}), so this "
+            "kernel would not take the core the notebook says. Restart the kernel (Kernel > "
+            "Restart Kernel) and run this cell first, before any cell that imports torch_xla.")
 
 
 def _cores(spec: str | None) -> set[int] | None:
@@ -60,11 +72,13 @@ def remaining_cores(taken: str, total: int) -> str | None:
 
 
 def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None) -> str:
-    """Give this kernel its NeuronCores before the XLA device starts; return the line to print.
+    """Give this kernel its NeuronCores before torch_xla is imported; return the line to print.
 
     On Neuron, NEURON_RT_VISIBLE_CORES becomes `neuron_cores` unless the environment already
     sets it (then that wins, and the line says so). neuron_cores=None: this kernel takes no
-    NeuronCore (its torchrun workers take them), so nothing is set.
+    NeuronCore (its torchrun workers take them), so nothing is set. Raises CoresChosenTooLate
+    when torch_xla is already imported and no value is set: on a Neuron host that import ran
+    torch-neuronx's set-up, which read the runtime's variables then (docs/sources.md).
     """
     env = os.environ if env is None else env
     if backend.name != "neuron":
@@ -74,6 +88,9 @@ def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None) -> s
                 "processes it starts take them")
     parse_core_list(neuron_cores)  # what the runtime takes, else ValueError
     already = env.get(CORES_VARIABLE)
+    if env is os.environ and "torch_xla" in sys.modules and not already:
+        # Too late to choose: torch-neuronx read the runtime's variables at that import.
+        raise CoresChosenTooLate(TOO_LATE.format(variable=CORES_VARIABLE, cores=neuron_cores))
     if already:
         parse_core_list(already)
         return (f"NeuronCores: this kernel takes {already} ({CORES_VARIABLE}={already} was already "
@@ -90,14 +107,18 @@ def setup(xla: bool = True, data: bool = True, neuron_cores: str | None = "0") -
     none, for a kernel whose torchrun workers take them); have each cell say a long compile while
     it runs (helpers.setup.cell_compile_notice); make sure MNIST is on disk and verified.
 
-    Why explicit: by default the Neuron runtime reserves every NeuronCore it can see for the
-    process that starts it, and torch-xla narrows that only for torchrun's workers
-    (helpers.setup.core_holders.CORE_RULE, cited in docs/sources.md).
+    Why explicit, and first: by default the Neuron runtime reserves every NeuronCore it can see
+    for the process that starts it, and what torch-neuronx's set-up (run by `import torch_xla` on
+    a Neuron host) narrows is not documented (helpers.setup.core_holders.CORE_RULE, cited in
+    docs/sources.md).
     """
     # The kernel's own PATH too: torch-neuronx runs `neuronx-cc` by name when it compiles, and a
     # kernel started outside `make lab` may not have the venv's bin/ on PATH.
     os.environ["PATH"] = venv_bin_first(os.environ.get("PATH"))
-    backend = select_backend(xla=xla)  # decides only: nothing has touched a device yet
+    # Decides from the machine's devices, importing neither torch_xla nor torch_neuronx: the
+    # cores are set below, before anything imports torch_xla (whose import, on a Neuron host,
+    # runs torch-neuronx's set-up of the runtime: mnist_mlp.common.backend).
+    backend = select_backend(xla=xla)
     freeze_startup_objects()  # torch has loaded, torch_xla (on the stand-in) not yet: mnist_mlp/common/startup.py
     if backend.name == "neuron":  # the stand-in and plain PyTorch take no NeuronCore to fight over
         # The cores this kernel will take: what its environment already names, else neuron_cores.
@@ -117,5 +138,5 @@ def setup(xla: bool = True, data: bool = True, neuron_cores: str | None = "0") -
     return backend
 
 
-__all__ = ["CORE_RULE", "NeuronCoresHeld", "conflicts", "refuse_other_holders", "setup",
+__all__ = ["CORE_RULE", "CoresChosenTooLate", "NeuronCoresHeld", "conflicts", "refuse_other_holders", "setup",
            "take_neuron_cores"]

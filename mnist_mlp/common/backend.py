@@ -1,8 +1,15 @@
 """Pick the backend a notebook or script runs on, and say which one in one line.
 
-Order: Neuron (torch_neuronx importable and NeuronCores visible), else PyTorch/XLA on
+Order: Neuron (torch-neuronx installed and NeuronCores visible), else PyTorch/XLA on
 the CPU (the stand-in CI uses), else plain PyTorch on the CPU. The same training code
 runs on all three; only this choice differs.
+
+The choice is made from what the machine shows (its Neuron devices) and what is installed,
+never by importing torch_xla or torch_neuronx: on a Neuron host, importing torch_xla hands
+start-up to torch-neuronx, which configures the Neuron runtime from the environment as it is
+then (docs/sources.md, "On a Neuron host, importing torch_xla runs torch-neuronx's set-up"), so
+a notebook kernel's NeuronCores are set after this choice and before that import
+(helpers.setup.notebook_kernel.setup).
 """
 from __future__ import annotations
 
@@ -148,14 +155,24 @@ def logical_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | No
 
 
 def visible_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | None = None) -> int:
-    """Logical NeuronCores this process may use: the machine's, narrowed by
-    NEURON_RT_VISIBLE_CORES."""
+    """Logical NeuronCores this process's runtime reserves, as the runtime's variables give them:
+    NEURON_RT_VISIBLE_CORES (the cores named, of the machine's), else NEURON_RT_NUM_CORES (that
+    many, 0 meaning all), else one for a torchrun worker (torch-xla gives it its LOCAL_RANK,
+    torch-neuronx's set-up one free core: docs/sources.md), else the machine's (the runtime's
+    default)."""
     env = os.environ if env is None else env
     total = logical_neuron_cores(env, sysfs, dev_dir)
     spec = env.get("NEURON_RT_VISIBLE_CORES")
-    if total == 0 or not spec:
+    if total == 0:
         return total
-    return len([c for c in parse_core_list(spec) if c < total])
+    if spec:
+        return len([c for c in parse_core_list(spec) if c < total])
+    count = env.get("NEURON_RT_NUM_CORES", "").strip()
+    if count.isdigit() and int(count) > 0:
+        return min(int(count), total)
+    if env.get("TORCHELASTIC_RUN_ID"):  # torchrun's worker (torch.distributed.is_torchelastic_launched)
+        return 1
+    return total
 
 
 def instance_type(dmi_product_name: Path | None = None) -> str | None:
@@ -208,8 +225,8 @@ def select_backend(xla: bool = True, *, sysfs: Path | None = None,
     has_neuronx = _installed("torch_neuronx")
     has_xla = _installed("torch_xla")
     if has_neuronx and cores > 0 and not forced_cpu:
-        import torch_neuronx  # noqa: F401  registers the Neuron PJRT plugin
-
+        # Nothing imported: torch_xla's own import runs torch-neuronx's set-up (the module's
+        # docstring), with the cores the caller has set by then.
         os.environ.setdefault("PJRT_DEVICE", "NEURON")
         # No count in the reason: setup() narrows the cores after this, and the summary's
         # "NeuronCores visible" is the one count a reader sees.

@@ -3,10 +3,12 @@ is in (done, failed, locked, incomplete, unknown). The one home of that logic: t
 compile notice (compile_notice) reads it while a run compiles, helpers.cache reads whole caches.
 
 Only regular files are ever opened (O_NOFOLLOW|O_NONBLOCK, then fstat), and only a bounded part
-of each. A failed neuronx-cc compile is stored as a `model.neff` holding the compiler wrapper's
-failure text instead of a NEFF; an entry is called failed only when its model.neff positively
-reads as that text (UTF-8, printable, with the wrapper's markers), so a program whose header is
-not known here stays a program.
+of each. A failed neuronx-cc compile leaves the compiler wrapper's failure text in its entry: a
+public cache stores it as `model.log` with no NEFF (docs/sources.md, "What a cache entry holds"),
+and a `model.neff` holding that text is read the same way. An entry is called failed when a log
+sits there without a NEFF, or when its model.neff positively reads as that text (UTF-8,
+printable, with the wrapper's markers): a program whose format is not known here (a NEFF's is in
+no source) stays a program.
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 `build_instance(root)` lays out the instance under `root` and returns the environment that
 puts a process on it: WORKBOOK_PLATFORM_ROOT (the product's one seam,
 mnist_mlp/common/platform_paths.py), PYTHONPATH (this folder's `torch_neuronx`, with torch-neuronx's
-and neuronx-cc's pinned metadata) and PATH (the Neuron tools a notebook runs). Each rule names
+and neuronx-cc's pinned metadata, and a `libneuronxla` that lets torch-xla's own import hand
+start-up to that torch_neuronx, as on a Neuron host) and PATH (the Neuron tools a notebook runs). Each rule names
 its row in docs/sources.md:
 
 | rule | docs/sources.md row | where |
@@ -11,24 +12,24 @@ its row in docs/sources.md:
 | 2 NeuronCores on one device | "A trn1 Trainium chip has two NeuronCores" | `build_instance` (sysfs core_count) |
 | a process's runtime reserves every core it can see, until it exits | "By default a process's Neuron runtime reserves every NeuronCore present, until the process exits" | `torch_neuronx/runtime.py` |
 | NEURON_RT_VISIBLE_CORES: indices, ranges or both, contiguous; it wins over NEURON_RT_NUM_CORES | "`NEURON_RT_VISIBLE_CORES`: a list, a range or both" (the developer guide; the configuration guide's "one index or one range" row allows a subset: the double takes the wider reading, under which every notebook's value, one index or torchrun's rank, means the same) | `trn1_platform/rules.py` |
-| NEURON_RT_NUM_CORES: that many free cores, too few free fails; 0 is all | "`NEURON_RT_NUM_CORES`: a count of free cores, 0 (the default) meaning all" | `rules.requested_cores`, `runtime.reserve_cores` |
-| a torchrun worker gets its LOCAL_RANK | "torch-xla 2.9 sets `NEURON_RT_VISIBLE_CORES` only for processes torchrun … starts" | torch-xla's own `configure_pjrt_environment`, called by `runtime.install` |
+| NEURON_RT_NUM_CORES: that many free cores (taken one by one, so two processes starting together get different ones), too few free fails; 0 is all | "`NEURON_RT_NUM_CORES`: a count of free cores, 0 (the default) meaning all" (the line a count refused prints: not in the sources; the double names cores 0 to count-1) | `rules.requested_cores`, `runtime.reserve_cores` |
+| `import torch_xla` runs torch-neuronx's set-up (libneuronxla present), which sets `NEURON_RT_NUM_CORES=1` for a `PJRT_DEVICE=NEURON` process (a torchrun worker included: one free core each); the core variables are read there, at import, and a value set later is not seen (journal: `set_after_read`) | "On a Neuron host, importing torch_xla runs torch-neuronx's set-up" (when the runtime reads them: not in the sources; the double takes the earliest point, the set-up) | `libneuronxla/`, `torch_neuronx/xla.py`, `runtime.read_core_variables` |
 | a held core: the start fails with the runtime's line | "The runtime's log line when a core is in use" (the Available count: not in the sources) | `runtime.reserve_cores` |
-| one persistent cache, default path, `--cache_dir` over `NEURON_COMPILE_CACHE_URL` | "`NEURON_CC_FLAGS`, the cache URL, stochastic rounding variables" | `rules.cache_root` |
-| a cached graph is read ("Using a cached neff"), a new one written as `MODULE_<hash>+<flags>/`, a cached failure stops the run unless `--retry_failed_compilation` | "A cache hit, and the cache key" (the hashes' algorithms: not in the sources) | `trn1_platform/compile_cache.py` |
-| a compile interrupted by ctrl-C is cached as failed; the stored text | "A compile interrupted (ctrl-C) is cached as failed", "A failed compile's stored text" (not in the Neuron docs) | `compile_cache.compile_graph` |
+| one persistent cache, default path, `--cache_dir` over `NEURON_COMPILE_CACHE_URL`; `--cache_dir=X` and `--cache_dir X`, the last one winning | "`NEURON_CC_FLAGS`, the cache URL, stochastic rounding variables", "`neuron_parallel_compile` reads `--cache_dir` with libneuronxla's argument parser" (its parser is not public: argparse's reading inferred) | `rules.cache_root` |
+| an `s3://` cache is a cache: kept in `<root>/s3/<bucket>/<prefix>`, standing in for the bucket | "A remote (s3://) cache is a cache location" (the layout in S3: not in the sources) | `rules.cache_directory` |
+| a cached graph is read ("Using a cached neff"), a new one written as `neuronxcc-<version>+<build>/MODULE_<hash>+<flags>/` (`model.hlo_module.pb`, `model.neff`, `model.done`), a cached failure stops the run unless `--retry_failed_compilation` | "A cache hit, and the cache key", "What a cache entry holds" (the hashes' algorithms, the build hash of 2.26.6360.0 and a NEFF's format: not in the sources; the double's NEFF is opaque bytes) | `trn1_platform/compile_cache.py` |
+| a compile that fails, or is interrupted by ctrl-C, is cached as failed: `model.log` holding "Failed compilation with <argv>: <error>", no NEFF | "A compile interrupted (ctrl-C) is cached as failed", "A failed compile's stored text", "What a cache entry holds" (not in the Neuron docs: a public cache and users' logs) | `compile_cache.compile_graph` |
 | a compile holds `model.hlo_module.pb.lock`; a killed one leaves it, and the next compile of that graph waits, saying so once a minute | "A lock left by a killed compile makes the next compile of that graph wait" (not in the Neuron docs: learners' reports; how often the wait looks again: not in the sources) | `compile_cache.on_graph` |
 | XLA_IR_DEBUG/XLA_HLO_DEBUG do not change the Neuron cache key: a NEFF cached without their metadata is read again | "The debug variables … and cached NEFFs" (how libneuronxla hashes a graph: not in the sources; the page implies the key stays) | `sitecustomize.py`, `compile_cache._metadata` |
 | neuronx-cc runs inside torch-xla's compile: `UncachedCompile` has counted the graph, `CompileTime` not yet, until the NEFF is in hand (a wait on a lock included) | not in the sources (torch-xla 2.9 counts `UncachedCompile` before the PJRT client's compile and samples `CompileTime` after it: xla_graph_executor.cpp, pjrt_computation_client.cpp; the plugin's wrapper runs in between); the double compiles after the step, so meanwhile `UncachedCompile` reads one more | `runtime.counting_the_neuron_compile` |
 | under torchrun, `xr.world_size()` is the job's WORLD_SIZE | "Under torchrun, torch-xla 2.9 hands the job's size to the Neuron PJRT plugin" (`NEURON_PJRT_WORLD_SIZE` from WORLD_SIZE; how the plugin reports it: not in the sources) | `runtime.install` |
 | `xm.optimizer_step` all-reduces over the workers, inside the step's graph | "`xm.optimizer_step` all-reduces the gradients across workers", "On Neuron the gradient all-reduce … is in the step's graph": the CPU client holds no all-reduce across processes, so the double averages outside the graph and the pass reports those processes' compile counts as undecided | `runtime.reduce_gradients` |
-| `neuron_parallel_compile`: the trial in graph-extraction mode; the graphs its log names compiled; "No todo hlos found" when none; status 1 on a failed trial unless NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE; exit status = failed compilations | "`neuron_parallel_compile` as its source runs" (its log prefix for errors: not in the sources) | `tools/neuron_parallel_compile.py` |
+| `neuron_parallel_compile`: the trial in graph-extraction mode, its outputs zeros; the graphs its log names compiled unless done (a failed one counts as done), each tried `NEURON_PARALLEL_COMPILE_MAX_RETRIES` more times; "No todo hlos found" when the trial names none; status 1 on a failed trial unless NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE; exit status = failed compilations | "`neuron_parallel_compile` as its source runs", "Under `neuron_parallel_compile` the trial's outputs are zeros", "On a trn1.2xlarge precompile with one retry", "A compile that fails after its retries" (its log prefix for errors, and whether the trial names a graph the cache holds: not in the sources; the double names it, and the tool skips it) | `tools/neuron_parallel_compile.py`, `compile_cache.compile_named` |
 
 Faults on demand, for tests (no source says which graphs of this MLP would fail or how long one
 takes): TRN1_DOUBLE_COMPILE_SECONDS, TRN1_DOUBLE_FAIL_COMPILE, TRN1_DOUBLE_KILL_COMPILE
-(`trn1_platform/compile_cache.py`). Where the sources are silent the double says so: the
-trial's outputs are real values here, though the docs call them "invalid" (what a trn1 returns
-is not in the sources); neuron-monitor reports each holder's cores at 0 % utilization (no figure
+(`trn1_platform/compile_cache.py`). Where the sources are silent the double says so:
+neuron-monitor reports each holder's cores at 0 % utilization (no figure
 for this model is published); neuron-explorer prints no summary (its summary's shape is not
 documented at this release). The checks it cannot decide are in UNDECIDABLE_CHECKS. The tools a
 notebook does not run (neuron-ls, neuron-top) are present only as names for notebook 00's
@@ -87,7 +88,7 @@ def build_instance(root: Path) -> dict[str, str]:
     (root / "var/tmp/neuron-compile-cache").mkdir(parents=True, exist_ok=True)
     site = root / "site"
     site.mkdir(exist_ok=True)
-    for package in ("torch_neuronx", "trn1_platform", "sitecustomize.py"):
+    for package in ("torch_neuronx", "libneuronxla", "trn1_platform", "sitecustomize.py"):
         if not (site / package).exists():
             (site / package).symlink_to(HERE / package)
     for name, version in neuron_pins().items():

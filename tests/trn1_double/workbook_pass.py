@@ -21,6 +21,8 @@ from nbclient.exceptions import CellExecutionError
 
 from tests.trn1_double import journal
 
+KERNEL_TAKES = re.compile(r"^NeuronCores: this kernel takes (none|[\d,-]+)", re.M)
+NEURON_BACKEND = re.compile(r"Backend: Neuron \(.*\| NeuronCores visible: (\d+) \|")
 SHUT_DOWN_BEFORE = re.compile(r"[Bb]efore notebook (\d\d), shut this kernel down")
 # "compiles **11 new graphs**", "runs `neuronx-cc` **7 times**": what the introduction promises.
 STATED_COMPILES = re.compile(r"\*\*(\d+)\s+(?:new\s+graphs|graphs|times)\*\*")
@@ -40,6 +42,72 @@ class NotebookOnDouble:
     cached_without_metadata: list[str] = field(default_factory=list)  # debug asked, cached NEFF lacks it
     stated_compiles: int | None = None  # neuronx-cc runs its introduction promises a trn1
     outputs: str = ""  # every text output, for the pass's checks
+    kernel_pid: int | None = None
+    set_after_read: list[str] = field(default_factory=list)  # cores set after the runtime read them
+    platform_lines: list[str] = field(default_factory=list)  # platform lines judged, and how
+    undecided_platform_lines: list[str] = field(default_factory=list)  # where the sources disagree
+    wrong_platform_lines: list[str] = field(default_factory=list)  # those the journal contradicts
+
+
+def _cores(spec: str) -> list[int]:
+    cores = []
+    for part in spec.split(","):
+        first, _, last = part.partition("-")
+        cores.extend(range(int(first), int(last or first) + 1))
+    return cores
+
+
+def judge_platform_lines(result: NotebookOnDouble, events: list[dict]) -> None:
+    """Each platform line the notebook printed against what the journal says the printing
+    process held: the kernel's "NeuronCores: this kernel takes X" and its backend summary's
+    "NeuronCores visible: N" against the kernel's own reservation; every other Neuron backend
+    summary (a script's, a torchrun worker's) against the reservations of the scripts it
+    started, each printed count matched by one process's (a summary wrapped in a side-by-side
+    display is not read); and any core variable set after the runtime read it."""
+    reserved = [e for e in events if e["event"] == "reserved"]
+    for e in events:
+        if e.get("set_after_read"):
+            result.set_after_read.append(f"pid {e['pid']} ({e['argv0']}): read {e.get('read')}, "
+                                         f"set later {e['set_after_read']}, {e['event']} {e.get('cores')}")
+    kernel = [e["cores"] for e in reserved if e["pid"] == result.kernel_pid]
+    summaries = [int(m[1]) for m in NEURON_BACKEND.finditer(result.outputs)]
+    if m := KERNEL_TAKES.search(result.outputs):
+        line = m[0]
+        if m[1] == "none":
+            ok = not kernel
+            says = "it reserved none" if ok else f"it reserved {kernel[0]}"
+        else:
+            ok = not kernel or kernel[0] == _cores(m[1])
+            says = f"it reserved {kernel[0]}" if kernel else "it never opened the device"
+        (result.platform_lines if ok else result.wrong_platform_lines).append(f"{line!r}: {says}")
+        if summaries:  # the kernel's own summary comes first, from setup()
+            visible = summaries.pop(0)
+            ok = not kernel or visible == len(kernel[0])
+            (result.platform_lines if ok else result.wrong_platform_lines).append(
+                f"kernel's 'NeuronCores visible: {visible}': "
+                + (f"it reserved {kernel[0]}" if kernel else "it never opened the device"))
+    scripts = [e for e in reserved if e["pid"] != result.kernel_pid and e["argv0"].endswith(".py")]
+    # A plain process that named no cores: the runtime's default is every core, torch-neuronx's
+    # set-up (its public copy, release unknown) asks for one; the double follows the copy.
+    unnamed = sorted(len(e["cores"]) for e in scripts if "NEURON_RT_NUM_CORES" in e.get("set_up_set", ())
+                     and "NEURON_RT_VISIBLE_CORES" not in e.get("read", {}))
+    others = sorted(len(e["cores"]) for e in scripts)
+    for visible in summaries:
+        if visible in others:
+            others.remove(visible)
+            if visible in unnamed:
+                unnamed.remove(visible)
+            result.platform_lines.append(f"a script's 'NeuronCores visible: {visible}': a script reserved that many")
+        elif unnamed:
+            others.remove(unnamed.pop(0))
+            result.undecided_platform_lines.append(
+                f"a script's 'NeuronCores visible: {visible}': undecided, its process named no cores "
+                "(the runtime's default: every core; torch-neuronx's set-up, as its public copy "
+                "reads: NEURON_RT_NUM_CORES=1, which the double follows)")
+        else:
+            result.wrong_platform_lines.append(
+                f"a script's 'NeuronCores visible: {visible}': no script process of this notebook "
+                f"reserved that many (left unmatched: {others})")
 
 
 def markdown(nb) -> str:
@@ -94,6 +162,7 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
             client.km = client.create_kernel_manager()
             client.start_new_kernel(env=env, cwd=str(path.parent))
             client.start_new_kernel_client()
+            result.kernel_pid = client.km.provisioner.pid
             try:
                 for index, cell in enumerate(nb.cells):
                     client.execute_cell(cell, index)
@@ -119,6 +188,7 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
                         result.cached_without_metadata.append(event["key"])
                 elif event["event"] == "refused":
                     result.refused += 1
+            judge_platform_lines(result, events)
             results.append(result)
             if until and result.error is None:
                 running[until] = client

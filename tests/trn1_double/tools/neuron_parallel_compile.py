@@ -4,7 +4,10 @@ its source runs"), default command collect-and-compile only:
 - the trial: the command with NEURON_EXTRACT_GRAPHS_ONLY=1, its output streamed and logged; a
   failed trial stops here with status 1 unless NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE;
 - the graphs the trial's log names ("Extracting graphs (<path>)"), none: "No todo hlos found",
-  no totals, status 0; else each not done and not locked compiled, then the totals;
+  no totals, status 0; else each not done (a failed one counts as done) and not locked compiled,
+  retried NEURON_PARALLEL_COMPILE_MAX_RETRIES more times if it fails, then the totals of those
+  it compiled (a trial over a warm cache names its graphs and the totals count none: the
+  source's reading; what a trn1 prints there is not in the sources);
 - the exit status: the number of failed compilations.
 Info lines carry the prefix the docs show ("INFO ||NEURON_PARALLEL_COMPILE||: "); an error
 line's prefix is not in the sources ("ERROR" in its place).

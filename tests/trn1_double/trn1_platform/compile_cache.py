@@ -1,11 +1,20 @@
 """The double's compile cache: one Neuron persistent cache per instance, in the real layout.
 
 Each graph this process compiles (XLA on the CPU) is looked up by its key under
-<cache>/neuronxcc-<version>/MODULE_<graph hash>+<flags hash>/ (docs/sources.md, "A cache hit,
-and the cache key"): a done entry is read ("Using a cached neff"), a failed one stops the run
-unless --retry_failed_compilation, a locked one is waited for, a missing one is compiled under
-a lock and written. Under NEURON_EXTRACT_GRAPHS_ONLY (neuron_parallel_compile's trial) a new
-graph is written as HLO only and named in the trial's output, for the tool to compile.
+<cache>/neuronxcc-<version>+<build>/MODULE_<graph hash>+<flags hash>/ (docs/sources.md, "A cache
+hit, and the cache key"): a done entry is read ("Using a cached neff"), a failed one stops the
+run unless --retry_failed_compilation, a locked one is waited for, a missing one is compiled
+under a lock and written. Under NEURON_EXTRACT_GRAPHS_ONLY (neuron_parallel_compile's trial)
+every graph the trial meets is named in its output, a new one written as HLO only, for the tool
+to compile (whether the wrapper names a graph the cache already holds is not in the sources: the
+tool's own comment, "compile only new graphs (those without corresponding neffs)", reads as if
+it may, and the tool skips a done one either way).
+
+What an entry holds (docs/sources.md, "What a cache entry holds"): model.hlo_module.pb, then
+model.neff and model.done when the compile succeeded; a failed compile leaves model.log holding
+"Failed compilation with <argv>: <error>" (the shape of a public cache's stored failure) and no
+NEFF. A NEFF's own format is not in the sources: the double's is opaque bytes, no header any
+reader could rely on.
 
 Faults and delays on demand (no source says which graphs of this MLP would fail, or how long
 one takes; a test names them):
@@ -26,32 +35,31 @@ import os
 import signal
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from trn1_platform import rules
 
-NEFF_HEADER = (1).to_bytes(8, "little") + (1024).to_bytes(8, "little")
+NEFF_STAND_IN = b"\x00trn1 double: a NEFF's format is not in the sources\x00"
 LOCK_NAME = "model.hlo_module.pb.lock"
+FAILURE_LOG = "model.log"
 DEBUG_MARK = b"debug-metadata"  # in the double's NEFF payload: compiled under DEBUG_VARIABLES
 WAIT_POLL_S = 0.2  # not in the sources: how often a waiting compile looks again
 _compiles = {"count": 0}
 
 
 def neff_bytes(hlo: bytes, debug: bool = False) -> bytes:
-    """A NEFF-shaped program: the 1024-byte header (version 1, header size), then a payload."""
-    payload = hashlib.sha256(hlo).digest() * 32 + (DEBUG_MARK if debug else b"")
-    return (NEFF_HEADER + len(payload).to_bytes(8, "little")).ljust(1024, b"\0") + payload
+    """The double's program for a graph: opaque bytes (see the module's docstring)."""
+    return NEFF_STAND_IN + hashlib.sha256(hlo).digest() * 32 + (DEBUG_MARK if debug else b"")
 
 
-def entry_dir(graph_hash: str, env=None) -> Path | None:
-    """This graph's entry under the cache the environment selects; None for a remote cache."""
-    root = rules.cache_root(env)
-    if "://" in root and not root.startswith("file://"):
-        return None
+def entry_dir(graph_hash: str, env=None) -> Path:
+    """This graph's entry under the cache the environment selects (an s3:// cache included:
+    rules.cache_directory). The flags hash: md5 of the compiler flags, as public logs' empty-flags
+    entries (+d41d8cd9, md5 of nothing) suggest; the algorithm is not in the sources."""
     flags = " ".join(rules.compiler_flags(env))
     flags_hash = hashlib.md5(flags.encode()).hexdigest()[:8]
-    return (Path(root.removeprefix("file://")) / f"neuronxcc-{rules.NEURONX_CC_VERSION}"
-            / f"MODULE_{graph_hash}+{flags_hash}")
+    return rules.cache_directory(env) / rules.VERSION_DIR / f"MODULE_{graph_hash}+{flags_hash}"
 
 
 def journal(event: str, **fields) -> None:
@@ -64,8 +72,11 @@ def journal(event: str, **fields) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-def is_failed(neff: Path) -> bool:
-    return neff.read_bytes()[:64].startswith(b"Failed compilation with")
+def is_failed(entry: Path) -> bool:
+    """A failed entry: its log holds the wrapper's failure and no NEFF was written."""
+    log = entry / FAILURE_LOG
+    return (not (entry / "model.neff").exists() and log.exists()
+            and log.read_bytes().startswith(b"Failed compilation with"))
 
 
 def debug_requested() -> bool:
@@ -89,9 +100,11 @@ def matches(variable: str, graph_hash: str, env=None) -> bool:
 
 def failure_text(entry: Path, error: str) -> bytes:
     """The wrapper's stored failure, in the shape of a public cache's model.log (docs/sources.md,
-    "A failed compile's stored text")."""
+    "A failed compile's stored text"): the compiler's argv on files in the wrapper's work
+    directory, as public logs show it (/tmp/<user>/neuroncc_compile_workdir/<uuid>/model.<key>.*)."""
+    work = f"/tmp/{os.environ.get('USER', 'no-user')}/neuroncc_compile_workdir/{uuid.uuid4()}"
     argv = ["neuronx-cc", "--target=trn1", "compile", "--framework", "XLA",
-            str(entry / "model.hlo_module.pb"), "--output", str(entry / "model.neff"),
+            f"{work}/model.{entry.name}.hlo_module.pb", "--output", f"{work}/model.{entry.name}.neff",
             *rules.compiler_flags()]
     return f"Failed compilation with {argv}: {error}\n".encode()
 
@@ -113,13 +126,15 @@ def compile_graph(entry: Path, graph_hash: str, hlo: bytes) -> None:
         time.sleep(seconds)
         if matches("TRN1_DOUBLE_FAIL_COMPILE", graph_hash):
             failure = failure_text(entry, "[NCC_DOUBLE001] failed on demand (trn1 double)")
-            (entry / "model.neff").write_bytes(failure)
+            (entry / "model.neff").unlink(missing_ok=True)
+            (entry / FAILURE_LOG).write_bytes(failure)
             journal("failed", key=key)
             raise RuntimeError(failure.decode().strip())
         (entry / "model.neff").write_bytes(neff_bytes(hlo, debug_requested()))
+        (entry / FAILURE_LOG).unlink(missing_ok=True)  # a retried failure: not in the sources
         (entry / "model.done").touch()
     except KeyboardInterrupt:  # "interrupted by ctrl-C ... The graph would be marked as failed"
-        (entry / "model.neff").write_bytes(failure_text(entry, "interrupted (KeyboardInterrupt)"))
+        (entry / FAILURE_LOG).write_bytes(failure_text(entry, "interrupted (KeyboardInterrupt)"))
         journal("failed", key=key, interrupted=True)
         raise
     finally:
@@ -138,8 +153,8 @@ def take_lock(entry: Path) -> bool:
 def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
     """What the compiler wrapper does for one graph this process compiled."""
     entry = entry_dir(graph_hash)
-    key = None if entry is None else f"{entry.parent.name}/{entry.name}"
-    if entry is None or rules.cache_flag("--no_cache"):
+    key = f"{entry.parent.name}/{entry.name}"
+    if rules.cache_flag("--no_cache"):
         _compiles["count"] += 1
         time.sleep(float(os.environ.get("TRN1_DOUBLE_COMPILE_SECONDS") or 0))
         say(rules.COMPILED_LINES[0])
@@ -147,20 +162,21 @@ def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
         return
     neff = entry / "model.neff"
     if os.environ.get("NEURON_EXTRACT_GRAPHS_ONLY") == "1":
-        if not neff.exists():
+        known = neff.exists() or is_failed(entry)
+        if not known:
             entry.mkdir(parents=True, exist_ok=True)
             (entry / "model.hlo_module.pb").write_bytes(hlo)
             (entry / "compile_flags.json").write_text(json.dumps(rules.compiler_flags()))
-            say(rules.EXTRACTING_LINE.format(path=entry / "model.hlo_module.pb"))
-            journal("extracted", key=key)
+        say(rules.EXTRACTING_LINE.format(path=entry / "model.hlo_module.pb"))
+        journal("extracted", key=key, **({"in_cache": True} if known else {}))
         return
     waiting_since = None
     while True:
-        if neff.exists() and is_failed(neff) and not rules.cache_flag("--retry_failed_compilation"):
+        if is_failed(entry) and not rules.cache_flag("--retry_failed_compilation"):
             say(rules.CACHED_FAILURE_LINE.format(neff=neff))
             journal("cached-failure", key=key)
             raise RuntimeError(rules.CACHED_FAILURE_LINE.format(neff=neff))
-        if neff.exists() and (entry / "model.done").exists() and not is_failed(neff):
+        if neff.exists() and (entry / "model.done").exists():
             say(rules.CACHED_NEFF_LINE.format(neff=neff))
             journal("cached", key=key, **_metadata(neff))
             return
@@ -190,19 +206,31 @@ def _metadata(neff: Path) -> dict:
 
 def compile_named(paths: list[str], say=print) -> dict[str, bool]:
     """neuron_parallel_compile's second phase on the graphs its trial named: each one not done
-    and not locked is compiled under its lock; returns {path: succeeded}."""
+    (a failed one counts as done: the tool's `scan` help, "failed hlos will be included in done")
+    and not locked is compiled under its lock, tried NEURON_PARALLEL_COMPILE_MAX_RETRIES more
+    times when it fails (docs/sources.md, "On a trn1.2xlarge precompile with one retry": "will try
+    compilation N more time(s)"; default 0); returns {path: succeeded} for those it compiled."""
     status = {}
+    retries = int(os.environ.get("NEURON_PARALLEL_COMPILE_MAX_RETRIES") or 0)
     for path in sorted(set(paths)):
         entry = Path(path).parent
-        neff = entry / "model.neff"
-        if neff.exists() or not take_lock(entry):  # done, or another worker's
-            continue
+        if (entry / "model.neff").exists() or is_failed(entry) or not take_lock(entry):
+            continue  # done, or another worker's
         graph_hash = entry.name.removeprefix("MODULE_").split("+")[0]
-        try:
-            compile_graph(entry, graph_hash, (entry / "model.hlo_module.pb").read_bytes())
-            journal("compiled", key=f"{entry.parent.name}/{entry.name}", cached=True, parallel=True)
-            status[path] = True
-        except RuntimeError as error:
-            say(f"Process {os.getpid()} failed compilation: {error}")
-            status[path] = False
+        key = f"{entry.parent.name}/{entry.name}"
+        for attempt in range(retries + 1):
+            try:
+                if attempt:
+                    take_lock(entry)
+                    (entry / FAILURE_LOG).unlink(missing_ok=True)
+                    journal("retry", key=key, attempt=attempt)
+                compile_graph(entry, graph_hash, (entry / "model.hlo_module.pb").read_bytes())
+                journal("compiled", key=key, cached=True, parallel=True)
+                status[path] = True
+                break
+            except RuntimeError as error:
+                status[path] = False
+                if attempt == retries:  # the wrapper's lines in a public log (docs/sources.md)
+                    say(f"Process {os.getpid()} failed compilation: {error}")
+                    say(f"Compilation failed for {path} after {retries} retries.")
     return status

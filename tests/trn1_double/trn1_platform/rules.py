@@ -5,10 +5,16 @@ simplest thing, never a guess presented as Neuron's behaviour.
 """
 import os
 import re
+import shlex
 from pathlib import Path
 
 PLATFORM_ROOT_ENV = "WORKBOOK_PLATFORM_ROOT"
 NEURONX_CC_VERSION = "2.26.6360.0"  # docs/sources.md: "Neuron 2.31's packages"
+# docs/sources.md, "A cache hit, and the cache key": every documented and publicly logged cache
+# path names the compiler as neuronxcc-<version>+<build hash> (neuronxcc-2.12.54.0+f631c2365);
+# the build hash of 2.26.6360.0 is not in the sources: the double writes one of its own.
+NEURONX_CC_BUILD = "d0ub1e26"
+VERSION_DIR = f"neuronxcc-{NEURONX_CC_VERSION}+{NEURONX_CC_BUILD}"
 
 # docs/sources.md, "By default a process's Neuron runtime reserves every NeuronCore present,
 # until the process exits".
@@ -82,25 +88,67 @@ def requested_cores(env=None) -> list[int] | int:
     return cores
 
 
+OWN_FLAGS = ("--cache_dir", "--no_cache", "--retry_failed_compilation")  # the cache's, not the compiler's
+VALUED = ("--cache_dir",)
+
+
+def _tokens(env) -> list[str]:
+    """NEURON_CC_FLAGS split as a shell would (an unsplittable value: split on spaces)."""
+    raw = env.get("NEURON_CC_FLAGS", "")
+    try:
+        return shlex.split(raw)
+    except ValueError:
+        return raw.split()
+
+
 def cache_root(env=None) -> str:
     """docs/sources.md, "NEURON_CC_FLAGS, the cache URL": --cache_dir in NEURON_CC_FLAGS wins
-    over NEURON_COMPILE_CACHE_URL; else the default /var/tmp/neuron-compile-cache."""
+    over NEURON_COMPILE_CACHE_URL; else the default /var/tmp/neuron-compile-cache. The flag in
+    both spellings, the last one given winning: docs/sources.md, "neuron_parallel_compile reads
+    --cache_dir with libneuronxla's argument parser" (`ncc_args.cache_dir` from `setup_args()`;
+    that parser's code is not public: an argparse reading is inferred, under which the last of
+    repeated flags wins and `--cache_dir X` equals `--cache_dir=X`)."""
     env = os.environ if env is None else env
-    for flag in env.get("NEURON_CC_FLAGS", "").split():
-        if flag.startswith("--cache_dir="):
-            return flag.split("=", 1)[1]
+    tokens, found = _tokens(env), None
+    for i, token in enumerate(tokens):
+        if token.startswith("--cache_dir="):
+            found = token.split("=", 1)[1]
+        elif token == "--cache_dir" and i + 1 < len(tokens):
+            found = tokens[i + 1]
+    if found:
+        return found
     if env.get("NEURON_COMPILE_CACHE_URL"):
         return env["NEURON_COMPILE_CACHE_URL"]
     return str(platform_root() / "var/tmp/neuron-compile-cache")
 
 
+def cache_directory(env=None) -> Path:
+    """Where the double keeps the cache cache_root() names. docs/sources.md, "A remote (s3://)
+    cache is a cache location": "If starts with s3://, it will use AWS S3 as cache backend" (the
+    environment-variables page). The double has no S3: a bucket's cache lives in a directory of
+    the instance standing in for it, <root>/s3/<bucket>/<prefix>, in the local layout (how the
+    wrapper lays a cache out in S3 is not in the sources)."""
+    root = cache_root(env)
+    if root.startswith("s3://"):
+        return platform_root() / "s3" / root.removeprefix("s3://").strip("/")
+    return Path(root.removeprefix("file://"))
+
+
 def compiler_flags(env=None) -> list[str]:
-    """The compiler flags of NEURON_CC_FLAGS (the cache's own three are not compiler flags)."""
+    """The compiler flags of NEURON_CC_FLAGS (the cache's own three, with a value given apart,
+    are not compiler flags)."""
     env = os.environ if env is None else env
-    own = ("--cache_dir", "--no_cache", "--retry_failed_compilation")
-    return [f for f in env.get("NEURON_CC_FLAGS", "").split() if not f.startswith(own)]
+    tokens, flags, skip = _tokens(env), [], False
+    for token in tokens:
+        if skip:
+            skip = False
+        elif token in VALUED:
+            skip = True
+        elif not token.startswith(OWN_FLAGS):
+            flags.append(token)
+    return flags
 
 
 def cache_flag(name: str, env=None) -> bool:
     env = os.environ if env is None else env
-    return name in env.get("NEURON_CC_FLAGS", "").split()
+    return name in _tokens(env)
