@@ -87,7 +87,7 @@ def test_every_repository_path_named_exists():
 
 def test_every_dotted_name_resolves():
     names = {(where, name.rstrip(".")) for where, text in TEXTS.items() for name in DOTTED.findall(text)}
-    assert len(names) > 50  # the docstrings do name the workbook's own pieces
+    assert len(names) > 40  # the docstrings do name the workbook's own pieces (a regex that finds none fails here)
     assert sorted((where, name) for where, name in names if not resolves(name)) == []
 
 
