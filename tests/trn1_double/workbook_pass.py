@@ -71,7 +71,9 @@ def judge_platform_lines(result: NotebookOnDouble, events: list[dict]) -> None:
                                          f"set later {e['set_after_read']}, {e['event']} {e.get('cores')}")
     kernel = [e["cores"] for e in reserved if e["pid"] == result.kernel_pid]
     summaries = [int(m[1]) for m in NEURON_BACKEND.finditer(result.outputs)]
-    if m := KERNEL_TAKES.search(result.outputs):
+    takes = list(KERNEL_TAKES.finditer(result.outputs))
+    if takes:  # setup()'s line, then take_neuron_cores()' where a later section takes a core (06)
+        m = takes[-1]  # the kernel's last choice, made before its torch_xla import, is what it reserved
         line = m[0]
         if m[1] == "none":
             ok = not kernel
@@ -80,7 +82,11 @@ def judge_platform_lines(result: NotebookOnDouble, events: list[dict]) -> None:
             ok = not kernel or kernel[0] == _cores(m[1])
             says = f"it reserved {kernel[0]}" if kernel else "it never opened the device"
         (result.platform_lines if ok else result.wrong_platform_lines).append(f"{line!r}: {says}")
-        if summaries:  # the kernel's own summary comes first, from setup()
+        if summaries and len(takes) > 1:  # setup()'s summary, printed before the kernel chose its cores
+            visible = summaries.pop(0)
+            result.platform_lines.append(f"kernel's 'NeuronCores visible: {visible}': printed before the kernel's later choice; "
+                                         f"its later {line!r} is judged above")
+        elif summaries:  # the kernel's own summary comes first, from setup()
             visible = summaries.pop(0)
             ok = not kernel or visible == len(kernel[0])
             (result.platform_lines if ok else result.wrong_platform_lines).append(
