@@ -10,17 +10,14 @@ from __future__ import annotations
 import functools
 import http.server
 import re
-import shutil
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlsplit
 
 import pytest
 
-from tests.browser.find_browser import find_chromium, in_ci, profile_parent
-from tests.browser.lab_server import CHROMIUM_ARGS, browser_problem
+from tests.browser.find_browser import in_ci
 from tests.built_once import built_once
 from tests.paths import REPO_ROOT
 
@@ -68,39 +65,30 @@ def served(site) -> str:
     server.server_close()
 
 
-@pytest.fixture(scope="module")
-def browser(served):
-    problem = browser_problem()
-    if problem and in_ci():
-        pytest.fail(f"the browser test cannot run (CI=true): {problem}", pytrace=False)
-    if problem:
-        pytest.skip(f"browser test skipped: {problem}")
-    from playwright.sync_api import sync_playwright
+class SiteBrowser:
+    """The session's Chromium context (tests/browser/conftest.py: one Playwright per process, since
+    a second sync Playwright in the same worker refuses to start), each page routed to the site only
+    and every request elsewhere aborted and kept."""
 
-    chromium = find_chromium()
-    parent = profile_parent(chromium, Path(tempfile.gettempdir()))
-    parent.mkdir(parents=True, exist_ok=True)
-    profile = Path(tempfile.mkdtemp(prefix="chromium-book-", dir=parent))
-    left_the_site: list[str] = []
+    def __init__(self, context, served: str):
+        self.context, self.served, self.left_the_site = context, served, []
 
-    def only_the_site(route):
-        if route.request.url.startswith(served):
+    def _only_the_site(self, route):
+        if route.request.url.startswith(self.served):
             route.continue_()
         else:
-            left_the_site.append(route.request.url)
+            self.left_the_site.append(route.request.url)
             route.abort()
 
-    try:
-        with sync_playwright() as playwright:
-            context = playwright.chromium.launch_persistent_context(
-                str(profile), executable_path=str(chromium), headless=True, args=CHROMIUM_ARGS,
-                viewport={"width": 1280, "height": 1000})
-            context.route("**/*", only_the_site)
-            context.left_the_site = left_the_site
-            yield context
-            context.close()
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
+    def new_page(self):
+        page = self.context.new_page()
+        page.route("**/*", self._only_the_site)
+        return page
+
+
+@pytest.fixture(scope="module")
+def browser(served, chromium):
+    return SiteBrowser(chromium, served)
 
 
 PAGE_FACTS = """() => ({
