@@ -16,7 +16,7 @@ from mnist_mlp.common.precision import (
     cast_inputs_to,
     deprecated_bf16_env_error,
     describe,
-    with_auto_cast_none,
+    set_auto_cast_none,
 )
 from mnist_mlp.common.results import finish_run
 from mnist_mlp.common.tracking import StepTracker
@@ -60,8 +60,8 @@ def main(argv=None):
     print(backend.summary())
     # Read by the Neuron runtime and compiler when they start: set before the device is opened.
     os.environ["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if args.precision == "bf16-sr" else "0"
-    if args.precision == "autocast":  # torch.autocast alone decides; no compiler casting on top
-        os.environ["NEURON_CC_FLAGS"] = with_auto_cast_none(os.environ.get("NEURON_CC_FLAGS"))
+    if args.precision == "autocast":  # torch.autocast alone decides: NEURON_CC_FLAGS gets --auto-cast=none
+        set_auto_cast_none()
     print(describe(args.precision, on_neuron=backend.name == "neuron"))
     device = backend.device  # torch_xla.device(); the AWS docs use xm.xla_device (deprecated)
     # drop_last: a ragged last batch has another shape, so XLA would compile one more graph.

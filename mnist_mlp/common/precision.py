@@ -140,6 +140,13 @@ def with_auto_cast_none(flags: str | None) -> str:
     return set_flag(flags, "--auto-cast", "none")
 
 
+def set_auto_cast_none(env=None) -> None:
+    """--auto-cast=none into the environment's NEURON_CC_FLAGS (os.environ by default), every
+    other flag kept: the compiler then casts nothing on top of torch.autocast."""
+    env = os.environ if env is None else env
+    env[ENV_VAR] = with_auto_cast_none(env.get(ENV_VAR))
+
+
 def deprecated_bf16_env_error(env=None) -> str | None:
     """A message if XLA_USE_BF16 / XLA_DOWNCAST_BF16 is set (they override every --precision
     mode and are deprecated since torch-xla 2.5), else None."""
