@@ -82,9 +82,8 @@ RUNS: dict[str, Command] = {
                                      *_steps(LONG_STEPS)))
        for precision in PRECISIONS},
     # The training whose figures the notebooks print, with their arguments, in one process
-    # (tests/cpu_kinds.py), at this CPU's highest kernel level and lowered to AVX2. The first
+    # (tests/cpu_kinds.py), lowered to AVX2 (the highest level is the notebooks' own run). It
     # also serves the full-length train_cpu.py test.
-    "figures": Command((sys.executable, "-m", "tests.cpu_kinds")),
     "figures avx2": Command((sys.executable, "-m", "tests.cpu_kinds"),
                             env=tuple(LOWERED_TO_AVX2.items())),
 }

@@ -190,7 +190,7 @@ def test_dead_worker_ends_the_run_with_its_error(tmp_path, script_env, mnist_roo
 @pytest.mark.slow
 def test_full_default_cpu_run_reaches_92_percent(script_runs):
     # train_cpu.py's defaults, run by the figures' run (tests/cpu_kinds.py) after the XLA stages.
-    figures = script_runs["figures"]
+    figures = script_runs["figures avx2"]
     assert_sample_lines_in_order(figures.output[figures.output.index("Backend: plain PyTorch"):])
     results = load_results(figures.directory, "cpu")
     assert results["epochs"] == 4 and results["steps"] == 4 * 1875
