@@ -2,7 +2,7 @@
 #   make lab        set up, then start JupyterLab on notebooks/
 #   make test       set up, then run every test: unit, end-to-end, every notebook executed once
 #                   (in JupyterLab in Chromium) and its outputs compared; budget 150 units of one
-#                   fresh `python -c "import torch_xla"` (about 14 min on 2 cores), printed at its end
+#                   fresh `python -c "import torch_xla"` (about 12.5 min on 2 cores), printed at its end
 #   make test-quick the unit tests only (no notebooks, browser, training or multi-process runs);
 #                   budget 25 units (about 1.5 min on 2 cores)
 #   make book       the workbook as a website in build/book/html (README, notebooks with their
