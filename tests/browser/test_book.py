@@ -155,7 +155,7 @@ def test_the_sites_address_opens_the_front_page(crawl, served, browser):
 def test_the_readme_says_how_to_open_the_site_on_its_first_screen_and_names_no_made_up_address():
     # The workbook names no GitHub owner: the README says how to build the site and which workflow
     # publishes it (its deploy step prints the address); no page or builder carries a Pages address.
-    first_screen = "\n".join((REPO_ROOT / "README.md").read_text().splitlines()[:15])
+    first_screen = "\n".join((REPO_ROOT / "README.md").read_text().splitlines()[:20])
     assert "`make book`" in first_screen and "build/book/html/README.html" in first_screen
     assert re.search(r"Pages\s+workflow \(`\.github/workflows/book\.yml`\)", first_screen)
     instructor = (REPO_ROOT / "docs" / "instructor.md").read_text()
