@@ -40,7 +40,7 @@ html_title = "PyTorch on AWS Trainium"
 html_static_path = ["static"]
 html_css_files = ["workbook.css"]
 html_copy_source = True  # the theme's download button offers the .ipynb / .md from the site
-html_sourcelink_suffix = ""  # _sources/notebooks/02_single_core_xla.ipynb, as the note under a title links it
+html_sourcelink_suffix = ""  # _sources/notebooks/02_single_core_xla.ipynb: the download button gives the notebook itself
 html_last_updated_fmt = None
 # The theme's colour mode before a reader picks one (left empty, its script logs an error).
 html_context = {"default_mode": "auto"}

@@ -10,7 +10,7 @@
 - An output that a running kernel serves (TensorBoard through JupyterLab's /proxy/<port>/), dead
   on a website, becomes a sentence saying what JupyterLab shows there.
 - A line under each notebook's title: it is the committed run on the CPU stand-in, its source
-  (on GitHub when the build knows the repository, else the copy the site carries), and how to run it.
+  (on GitHub when the build knows the repository, else the page's download button), and how to run it.
 - Links to files that are not pages (a script, the Makefile) go to the file on GitHub instead of
   a download, when the build knows the repository.
 
@@ -158,18 +158,15 @@ def static_outputs(notebook: dict) -> dict:
 
 # ---- the line under a notebook's title
 
-def source_link(path: str, docname: str, repository: str | None = REPOSITORY) -> str:
-    """Where the page of docname links to the repository file path: on GitHub when the repository
-    is known, else the copy of the page's source that the site carries (html_copy_source)."""
-    if repository:
-        return f"https://github.com/{repository}/blob/{BRANCH}/{path}"
-    return posixpath.relpath(f"_sources/{path}", posixpath.dirname(docname) or ".")
-
-
 def source_note(docname: str, repository: str | None = REPOSITORY) -> str:
+    """The line under a notebook's title. Its source: on GitHub when the build knows the repository;
+    else the page's download button, which offers the copy the site carries (_sources/)."""
     name = posixpath.basename(docname)
-    source = source_link(f"{docname}.ipynb", docname, repository)
-    return (f"*This page is the notebook [`{name}.ipynb`]({source}) with the outputs of a run on the CPU "
+    if repository:
+        source = f"[`{name}.ipynb`](https://github.com/{repository}/blob/{BRANCH}/{docname}.ipynb)"
+    else:
+        source = f"`{name}.ipynb` (the download button above gives it)"
+    return (f"*This page is the notebook {source} with the outputs of a run on the CPU "
             "stand-in (PyTorch/XLA's CPU backend). To run it yourself, on a trn1.2xlarge or any CPU, "
             "follow [Where to run it](../README.md#where-to-run-it), then `make lab`.*")
 

@@ -86,4 +86,4 @@ def test_a_notebook_page_links_its_source_on_github_only_when_the_build_names_th
     on_github = workbook_site.source_note("notebooks/02_single_core_xla", repository="someone/workbook")
     assert "(https://github.com/someone/workbook/blob/main/notebooks/02_single_core_xla.ipynb)" in on_github
     local = workbook_site.source_note("notebooks/02_single_core_xla", repository=None)
-    assert "(../_sources/notebooks/02_single_core_xla.ipynb)" in local and "github" not in local
+    assert "`02_single_core_xla.ipynb` (the download button above gives it)" in local and "github" not in local
