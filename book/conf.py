@@ -40,15 +40,16 @@ html_title = "PyTorch on AWS Trainium"
 html_static_path = ["static"]
 html_css_files = ["workbook.css"]
 html_copy_source = True  # the theme's download button offers the .ipynb / .md from the site
+html_sourcelink_suffix = ""  # _sources/notebooks/02_single_core_xla.ipynb: the download button gives the notebook itself
 html_last_updated_fmt = None
 # The theme's colour mode before a reader picks one (left empty, its script logs an error).
 html_context = {"default_mode": "auto"}
+# The repository buttons only where the build knows the repository (GitHub Actions): no owner is made up.
 html_theme_options = {
-    "repository_url": f"https://github.com/{REPOSITORY}",
-    "repository_branch": "main",
-    "path_to_docs": "",
-    "use_repository_button": True,
-    "use_source_button": True,
+    **({"repository_url": f"https://github.com/{REPOSITORY}", "repository_branch": "main", "path_to_docs": ""}
+       if REPOSITORY else {}),
+    "use_repository_button": bool(REPOSITORY),
+    "use_source_button": bool(REPOSITORY),
     "use_download_button": True,
     "use_fullscreen_button": False,
     "home_page_in_toc": True,

@@ -9,10 +9,13 @@
   disabled); what cannot be drawn keeps its text/plain form. No widget script is left to load.
 - An output that a running kernel serves (TensorBoard through JupyterLab's /proxy/<port>/), dead
   on a website, becomes a sentence saying what JupyterLab shows there.
-- A line under each notebook's title: it is the committed run on the CPU stand-in, its source on
-  GitHub, and how to run it.
+- A line under each notebook's title: it is the committed run on the CPU stand-in, its source
+  (on GitHub when the build knows the repository, else the page's download button), and how to run it.
 - Links to files that are not pages (a script, the Makefile) go to the file on GitHub instead of
-  a download.
+  a download, when the build knows the repository.
+
+The repository is GITHUB_REPOSITORY, which GitHub Actions sets (the Pages workflow builds there);
+elsewhere none is assumed: the workbook names no owner, so a local build links to no GitHub address.
 """
 from __future__ import annotations
 
@@ -23,9 +26,8 @@ import posixpath
 import re
 from pathlib import Path
 
-# owner/name on GitHub: the Actions workflow sets GITHUB_REPOSITORY; elsewhere this default.
-DEFAULT_REPOSITORY = "OWNER/trainium-mnist-workbook"
-REPOSITORY = os.environ.get("GITHUB_REPOSITORY") or DEFAULT_REPOSITORY
+# owner/name on GitHub, set by GitHub Actions; None elsewhere (no owner is made up).
+REPOSITORY = os.environ.get("GITHUB_REPOSITORY") or None
 BRANCH = "main"
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -156,10 +158,15 @@ def static_outputs(notebook: dict) -> dict:
 
 # ---- the line under a notebook's title
 
-def source_note(docname: str) -> str:
+def source_note(docname: str, repository: str | None = REPOSITORY) -> str:
+    """The line under a notebook's title. Its source: on GitHub when the build knows the repository;
+    else the page's download button, which offers the copy the site carries (_sources/)."""
     name = posixpath.basename(docname)
-    source = f"https://github.com/{REPOSITORY}/blob/{BRANCH}/{docname}.ipynb"
-    return (f"*This page is the notebook [`{name}.ipynb`]({source}) with the outputs of a run on the CPU "
+    if repository:
+        source = f"[`{name}.ipynb`](https://github.com/{repository}/blob/{BRANCH}/{docname}.ipynb)"
+    else:
+        source = f"`{name}.ipynb` (the download button above gives it)"
+    return (f"*This page is the notebook {source} with the outputs of a run on the CPU "
             "stand-in (PyTorch/XLA's CPU backend). To run it yourself, on a trn1.2xlarge or any CPU, "
             "follow [Where to run it](../README.md#where-to-run-it), then `make lab`.*")
 
@@ -197,7 +204,10 @@ def on_source_read(app, docname: str, source: list[str]) -> None:
 # ---- links to files that are not pages
 
 def files_to_github(app, doctree) -> None:
-    """A link to a repository file that is not a page becomes a link to it on GitHub."""
+    """A link to a repository file that is not a page becomes a link to it on GitHub (with no
+    repository known, it stays Sphinx's download of the file)."""
+    if not REPOSITORY:
+        return
     # Imported here: the rest of this module (the widgets) is tested without Sphinx installed.
     from docutils import nodes
     from sphinx import addnodes

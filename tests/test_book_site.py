@@ -79,3 +79,11 @@ def test_the_front_page_links_each_notebook_it_names_but_not_inside_fenced_code(
     assert linked.startswith("| 2 | [`notebooks/02_single_core_xla.ipynb`](notebooks/02_single_core_xla.ipynb) | "
                              "`notebooks/09_missing.ipynb` |")
     assert linked.endswith("```bash\necho `notebooks/02_single_core_xla.ipynb`\n```\n")
+
+
+def test_a_notebook_page_links_its_source_on_github_only_when_the_build_names_the_repository():
+    # GitHub Actions names the repository (GITHUB_REPOSITORY); a local build links the site's own copy.
+    on_github = workbook_site.source_note("notebooks/02_single_core_xla", repository="someone/workbook")
+    assert "(https://github.com/someone/workbook/blob/main/notebooks/02_single_core_xla.ipynb)" in on_github
+    local = workbook_site.source_note("notebooks/02_single_core_xla", repository=None)
+    assert "`02_single_core_xla.ipynb` (the download button above gives it)" in local and "github" not in local

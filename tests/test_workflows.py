@@ -106,3 +106,6 @@ def test_the_book_job_builds_the_site_and_deploys_it_to_github_pages_on_a_push_t
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert deploy["needs"] == "build" and deploy["environment"]["name"] == "github-pages"
     assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in deploy["steps"])
+    # The README names no address: the deploy job prints the one Pages gave (the README says so).
+    assert any("steps.deployment.outputs.page_url" in str(s.get("env", "")) and "$SITE_URL" in s.get("run", "")
+               for s in deploy["steps"])

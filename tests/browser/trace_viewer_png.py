@@ -3,7 +3,8 @@ live viewer is blank on GitHub and in a saved copy, so the notebook also shows t
 
 It is taken from the real viewer: a short profiled `train.py` run on the CPU stand-in, TensorBoard
 on its directory, Chromium on the profile plugin's Trace Viewer page once it has drawn the
-`python` thread. `make notebooks` refreshes it (python -m tests.browser.trace_viewer_png); the
+`python` thread. The picture is the viewer's top, zoomed out: the runtime's threads, one burst per
+step (06's caption says so; the `python` thread's rows lie below). `make notebooks` refreshes it (python -m tests.browser.trace_viewer_png); the
 browser test of notebook 06 takes the same view through JupyterLab.
 """
 from __future__ import annotations
