@@ -191,8 +191,26 @@ ATTACHING = {"AWS::IAM::Policy": "Roles", "AWS::IAM::ManagedPolicy": "Roles",
 NO_POLICY = {"AWS::IAM::InstanceProfile"}
 
 
+def _document(value) -> dict:
+    """A policy document as CloudFormation takes it: an object, or the same as a JSON string."""
+    if isinstance(value, str):
+        import json
+
+        return json.loads(value)
+    return value
+
+
 def _documents(value) -> list:
-    """Every policy document (a dict with a Statement) anywhere inside `value`."""
+    """Every policy document (a dict with a Statement, or a JSON string of one) inside `value`."""
+    if isinstance(value, str) and '"Statement"' in value:
+        import json
+
+        try:
+            return _documents(json.loads(value))
+        except ValueError:
+            from tests.iam_policy import PolicyNotModelled
+
+            raise PolicyNotModelled(f"a string naming a Statement that is not JSON: {value[:80]!r}") from None
     if isinstance(value, dict):
         if "Statement" in value:
             return [value]
@@ -222,14 +240,14 @@ def role_policies(stack: Stack) -> dict[str, dict[str, dict]]:
         unknown = set(properties) - ROLE_PROPERTIES
         if unknown:
             raise PolicyNotModelled(f"{logical_id} has {sorted(unknown)}: not read")
-        found[logical_id] = {"trust": properties["AssumeRolePolicyDocument"]}
+        found[logical_id] = {"trust": _document(properties["AssumeRolePolicyDocument"])}
         for policy in properties.get("Policies", []):
-            found[logical_id][policy["PolicyName"]] = policy["PolicyDocument"]
+            found[logical_id][policy["PolicyName"]] = _document(policy["PolicyDocument"])
         for arn in properties.get("ManagedPolicyArns", []):
             if arn not in managed:
                 raise PolicyNotModelled(f"{logical_id} carries the managed policy {arn}, which this "
                                         "stack does not define: its statements cannot be read")
-            found[logical_id][managed[arn]] = stack.resources[managed[arn]]["Properties"]["PolicyDocument"]
+            found[logical_id][managed[arn]] = _document(stack.resources[managed[arn]]["Properties"]["PolicyDocument"])
     for logical_id, resource in stack.resources.items():
         kind, properties = resource["Type"], resource.get("Properties", {})
         if kind in ATTACHING:
@@ -239,7 +257,7 @@ def role_policies(stack: Stack) -> dict[str, dict[str, dict]]:
             for name in [names] if isinstance(names, str) else names:
                 if name not in by_name:
                     raise PolicyNotModelled(f"{logical_id} is attached to {name!r}, not a role of the stack")
-                found[by_name[name]][logical_id] = properties["PolicyDocument"]
+                found[by_name[name]][logical_id] = _document(properties["PolicyDocument"])
         elif kind.startswith("AWS::IAM::") and kind not in NO_POLICY | {"AWS::IAM::Role"}:
             raise PolicyNotModelled(f"{logical_id} is an {kind}: not read")
         elif kind != "AWS::IAM::Role":

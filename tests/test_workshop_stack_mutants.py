@@ -78,6 +78,21 @@ def trust_also_the_role_of(role: str):
     return edit
 
 
+def lab_statement_edit(sid: str, drop_condition: bool = False):
+    """The lab role's statement `sid` without its Condition, or without the statement."""
+    def edit(mutated: dict) -> None:
+        for policy in seat_fragment(mutated)["Lab${Seat}Role"]["Properties"]["Policies"]:
+            if "PolicyDocument" not in policy:  # the cache's Fn::If
+                continue
+            statements = policy["PolicyDocument"]["Statement"]
+            for statement in [s for s in statements if s.get("Sid") == sid]:
+                if drop_condition:
+                    del statement["Condition"]
+                else:
+                    statements.remove(statement)
+    return edit
+
+
 def drop_the_vpc_statement(mutated: dict) -> None:
     role = seat_fragment(mutated)["Lab${Seat}Role"]["Properties"]
     role["Policies"] = [p for p in role["Policies"]
@@ -119,6 +134,10 @@ MUTANTS = {
         "Type": "AWS::S3::BucketPolicy", "Properties": {"Bucket": "class-bucket", "PolicyDocument": {
             "Statement": [{"Effect": "Allow", "Principal": {"AWS": {"Fn::GetAtt": ["Learner${Seat}Role", "Arn"]}},
                            "Action": "s3:GetObject", "Resource": "arn:aws:s3:::class-bucket/*"}]}}}),
+    "a log group's resource policy naming the role, as a JSON string": add_seat_resource("Learner${Seat}Logs", {
+        "Type": "AWS::Logs::ResourcePolicy", "Properties": {"PolicyName": "extra", "PolicyDocument": {
+            "Fn::Sub": '{"Statement": [{"Effect": "Allow", "Principal": {"AWS": "${Learner${Seat}Role.Arn}"}, '
+                       '"Action": "logs:PutLogEvents", "Resource": "*"}]}'}}}),
     # Kind 2: an Allow conditioned on a key every signed request carries.
     "an Allow under aws:SecureTransport": every_token_if({"Bool": {"aws:SecureTransport": "true"}}),
     "an Allow under aws:RequestedRegion": every_token_if(
@@ -129,6 +148,9 @@ MUTANTS = {
         "Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/${AWS::StackName}/*"}}}),
     # Kind 3: a trust policy naming another seat's role, as the stack makes it.
     "a trust policy naming lab 01's role": trust_also_the_role_of("Lab01Role"),
+    # The lab role's own narrowings (issue 54, items 3 and 5), each taken away.
+    "the association poll of every instance": lab_statement_edit("OwnInstanceAssociations", drop_condition=True),
+    "lab credentials that work from any host of the VPC": lab_statement_edit("CredentialsStayOnTheLab"),
 }
 
 
@@ -174,6 +196,11 @@ CAUGHT_BY = {
     "an Allow under aws:PrincipalAccount": "check_learners_reach_only_their_own_lab: AssertionError",
     "an Allow under aws:PrincipalArn": "check_learners_reach_only_their_own_lab: AssertionError",
     "a trust policy naming lab 01's role": "check_every_trust_policy_admits_only_its_principal: AssertionError",
+    "a log group's resource policy naming the role, as a JSON string":
+        "check_learners_reach_only_their_own_lab: PolicyNotModelled",
+    "the association poll of every instance": "check_labs_write_only_their_own_token_from_their_vpc: AssertionError",
+    "lab credentials that work from any host of the VPC":
+        "check_labs_write_only_their_own_token_from_their_vpc: AssertionError",
 }
 
 
