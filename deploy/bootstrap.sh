@@ -10,7 +10,9 @@
 #      its own, as the lab user), and the idle-stop timer workshop-idle (python -m
 #      deploy.idle_stop, every minute, as root: from a root-owned copy of this commit's code, run
 #      by the DLAMI venv's root-owned python, so nothing the learner can edit runs as root);
-#   5. JupyterLab's page served with that token; the token written to the stack's SSM parameter.
+#   5. JupyterLab's page served with that token; the token written to the stack's SSM parameter
+#      (deploy/publish_token.sh), and again by the timer workshop-token whenever the parameter
+#      holds anything else (a stack update writes its placeholder back).
 # Environment (user_data.sh sets these): LAB_USER, LAB_DLAMI_VENV, LAB_IDLE_MINUTES,
 # LAB_CACHE_ARCHIVE (may be empty), LAB_TOKEN_PARAMETER (empty: not published), LAB_REGION.
 # Seams for tests: LAB_PORT, LAB_CONFIG_DIR, LAB_SYSTEMD_DIR, LAB_IDLE_DIR, LAB_READY_SECONDS; `systemctl`,
@@ -100,6 +102,30 @@ WorkingDirectory=$LAB_IDLE_DIR
 EnvironmentFile=$env_file
 ExecStart=$LAB_DLAMI_VENV/bin/python -E -s -m deploy.idle_stop --port $LAB_PORT --idle-minutes $LAB_IDLE_MINUTES
 EOF
+if [ -n "$LAB_TOKEN_PARAMETER" ]; then
+    cat > "$LAB_SYSTEMD_DIR/workshop-token.service" <<EOF
+[Unit]
+Description=Put this workshop lab's JupyterLab token back into $LAB_TOKEN_PARAMETER when it holds anything else
+
+[Service]
+Type=oneshot
+EnvironmentFile=$env_file
+Environment=LAB_TOKEN_PARAMETER=$LAB_TOKEN_PARAMETER
+Environment=LAB_REGION=$LAB_REGION
+ExecStart=/bin/bash $LAB_IDLE_DIR/deploy/publish_token.sh
+EOF
+    cat > "$LAB_SYSTEMD_DIR/workshop-token.timer" <<EOF
+[Unit]
+Description=Check every 5 minutes that this workshop lab's token is the one published
+
+[Timer]
+OnBootSec=2min
+OnUnitActiveSec=5min
+
+[Install]
+WantedBy=timers.target
+EOF
+fi
 cat > "$LAB_SYSTEMD_DIR/workshop-idle.timer" <<EOF
 [Unit]
 Description=Check every minute whether this workshop lab is idle
@@ -113,16 +139,15 @@ WantedBy=timers.target
 EOF
 systemctl daemon-reload
 systemctl enable --now workshop-lab.service workshop-idle.timer
+if [ -n "$LAB_TOKEN_PARAMETER" ]; then systemctl enable --now workshop-token.timer; fi
 
 step "5/5 waiting for JupyterLab's page on 127.0.0.1:$LAB_PORT/lab"
 for _ in $(seq "$LAB_READY_SECONDS"); do
     if curl -fs -o /dev/null --max-time 10 -H "Authorization: token $token" \
             "http://127.0.0.1:$LAB_PORT/lab"; then
         if [ -n "$LAB_TOKEN_PARAMETER" ]; then
-            # The stack made the parameter (a String: CloudFormation makes no SecureString).
-            aws ssm put-parameter --region "$LAB_REGION" --name "$LAB_TOKEN_PARAMETER" \
-                --type String --overwrite --value "$token" > /dev/null
-            step "token written to SSM parameter $LAB_TOKEN_PARAMETER"
+            JUPYTER_TOKEN=$token LAB_TOKEN_PARAMETER=$LAB_TOKEN_PARAMETER LAB_REGION=$LAB_REGION \
+                bash "$LAB_IDLE_DIR/deploy/publish_token.sh"
         fi
         step "JupyterLab answers on 127.0.0.1:$LAB_PORT"
         exit 0

@@ -80,6 +80,39 @@ install_tool() {  # install_tool COMMAND PIP-REQUIREMENT
 }
 
 echo "workshop lab $LAB_RESOURCE of stack $LAB_STACK: $(date -u +%FT%TZ)"
+
+# The way out, checked before anything needs it (docs/workshop-stack.md, "The network"): the AWS
+# CLI, the clone, `make venv data` and MNIST come from the internet, through a NAT gateway (or a
+# public address and an internet gateway); the classroom cache comes through the S3 gateway
+# endpoint, which serves the stack's Region only. Any HTTP answer shows a route out; none within
+# LAB_NETWORK_SECONDS fails the lab at once, saying what to give the subnet.
+LAB_NETWORK_SECONDS=${LAB_NETWORK_SECONDS:-20}
+if [[ $LAB_REPOSITORY_URL == https://* ]]; then
+    stage="checking the way out to the internet"
+    curl -sS -o /dev/null -I --max-time "$LAB_NETWORK_SECONDS" "$LAB_REPOSITORY_URL" || {
+        echo "workshop lab: no way out: $LAB_REPOSITORY_URL did not answer within $LAB_NETWORK_SECONDS s." \
+             "Give this lab's subnet a route 0.0.0.0/0 to a NAT gateway (PublicIpv4 false), or to an" \
+             "internet gateway with PublicIpv4 true (docs/workshop-stack.md, The network)."
+        exit 1
+    }
+fi
+if [[ $LAB_CACHE_ARCHIVE == s3://* ]]; then
+    # S3 names a bucket's Region in the x-amz-bucket-region header of its answer to a HEAD of the
+    # bucket, signed or not, and refused or not.
+    stage="checking the classroom cache's bucket is in $LAB_REGION"
+    bucket=${LAB_CACHE_ARCHIVE#s3://}
+    bucket=${bucket%%/*}
+    region=$(curl -sS -o /dev/null -D - -I --max-time "$LAB_NETWORK_SECONDS" \
+        "https://s3.$LAB_REGION.amazonaws.com/$bucket" | tr -d '\r' | sed -n 's/^x-amz-bucket-region: *//Ip' | head -n 1)
+    if [ -n "$region" ] && [ "$region" != "$LAB_REGION" ]; then
+        echo "workshop lab: the classroom cache's bucket $bucket is in $region, not in the stack's Region" \
+             "$LAB_REGION: the S3 gateway endpoint serves its own Region only, and the lab's credentials work" \
+             "only through the endpoints. Copy the archive to a bucket in $LAB_REGION and give that as ClassroomCacheUrl."
+        exit 1
+    fi
+    [ -n "$region" ] || echo "workshop lab: S3 did not name the Region of $bucket: not checked"
+fi
+
 stage="installing the AWS CLI"
 install_tool aws "$AWSCLI_REQUIREMENT" || exit 1
 

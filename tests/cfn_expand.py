@@ -93,6 +93,11 @@ class Stack:
             resource = self.raw_resources[name]
             if resource["Type"] == "AWS::SSM::Parameter":
                 return self.resolve(resource["Properties"]["Name"])
+            if resource["Type"] == "AWS::IAM::Role" and "RoleName" in resource.get("Properties", {}):
+                return self.resolve(resource["Properties"]["RoleName"])
+            if resource["Type"] == "AWS::IAM::ManagedPolicy":  # its Ref is its ARN
+                path = self.resolve(resource.get("Properties", {}).get("Path", "/"))
+                return f"arn:{PARTITION}:iam::{ACCOUNT}:policy{path}{physical_id(name, resource['Type'])}"
             if resource["Type"] == "AWS::SNS::Topic":
                 return f"arn:{PARTITION}:sns:{REGION}:{ACCOUNT}:{physical_id(name, resource['Type'])}"
             return physical_id(name, resource["Type"])
@@ -102,7 +107,7 @@ class Stack:
         resource_type = self.raw_resources[logical_id]["Type"]
         if resource_type == "AWS::IAM::Role" and attribute == "Arn":
             path = self.resolve(self.raw_resources[logical_id].get("Properties", {}).get("Path", "/"))
-            return f"arn:{PARTITION}:iam::{ACCOUNT}:role{path}{physical_id(logical_id, resource_type)}"
+            return f"arn:{PARTITION}:iam::{ACCOUNT}:role{path}{self.ref(logical_id)}"
         if resource_type == "AWS::Events::Rule" and attribute == "Arn":
             return f"arn:{PARTITION}:events:{REGION}:{ACCOUNT}:rule/{physical_id(logical_id, resource_type)}"
         if resource_type == "AWS::EC2::LaunchTemplate" and attribute == "LatestVersionNumber":
@@ -176,28 +181,120 @@ class Stack:
         return {k: v for k, v in self.resources.items() if v["Type"] == resource_type}
 
 
+# The properties of a role this module reads; any other (a PermissionsBoundary, ...) is refused.
+ROLE_PROPERTIES = {"AssumeRolePolicyDocument", "Policies", "ManagedPolicyArns", "Path", "RoleName",
+                   "Description", "MaxSessionDuration", "Tags"}
+# The resources that attach an identity policy to a role, and the property that names the roles.
+ATTACHING = {"AWS::IAM::Policy": "Roles", "AWS::IAM::ManagedPolicy": "Roles",
+             "AWS::IAM::RolePolicy": "RoleName"}
+# IAM resources that carry no policy of their own.
+NO_POLICY = {"AWS::IAM::InstanceProfile"}
+
+
+def _document(value) -> dict:
+    """A policy document as CloudFormation takes it: an object, or the same as a JSON string."""
+    if isinstance(value, str):
+        import json
+
+        return json.loads(value)
+    return value
+
+
+def _documents(value) -> list:
+    """Every policy document (a dict with a Statement, or a JSON string of one) inside `value`."""
+    if isinstance(value, str) and '"Statement"' in value:
+        import json
+
+        try:
+            return _documents(json.loads(value))
+        except ValueError:
+            from tests.iam_policy import PolicyNotModelled
+
+            raise PolicyNotModelled(f"a string naming a Statement that is not JSON: {value[:80]!r}") from None
+    if isinstance(value, dict):
+        if "Statement" in value:
+            return [value]
+        return [d for v in value.values() for d in _documents(v)]
+    if isinstance(value, list):
+        return [d for v in value for d in _documents(v)]
+    return []
+
+
+def role_policies(stack: Stack) -> dict[str, dict[str, dict]]:
+    """Every policy that reaches each IAM role of the expanded stack, by the role's logical id:
+    {"trust": its trust policy, <name>: each identity policy}. An identity policy reaches a role
+    inline (Policies, by PolicyName), through ManagedPolicyArns (the stack's own
+    AWS::IAM::ManagedPolicy, by its logical id), or from an AWS::IAM::Policy, ManagedPolicy or
+    RolePolicy naming the role (by the attaching resource's logical id). Whatever else could grant
+    or carries a policy raises PolicyNotModelled: a managed policy the stack does not define, a
+    permissions boundary, a policy attached to a user, a group or a role the stack does not make,
+    any other IAM resource, and a resource policy naming anything but a service principal."""
+    from tests.iam_policy import PolicyNotModelled
+
+    roles = stack.of_type("AWS::IAM::Role")
+    by_name = {stack.ref(logical_id): logical_id for logical_id in roles}
+    managed = {stack.ref(k): k for k in stack.of_type("AWS::IAM::ManagedPolicy")}
+    found: dict[str, dict[str, dict]] = {}
+    for logical_id, role in roles.items():
+        properties = role["Properties"]
+        unknown = set(properties) - ROLE_PROPERTIES
+        if unknown:
+            raise PolicyNotModelled(f"{logical_id} has {sorted(unknown)}: not read")
+        found[logical_id] = {"trust": _document(properties["AssumeRolePolicyDocument"])}
+        for policy in properties.get("Policies", []):
+            found[logical_id][policy["PolicyName"]] = _document(policy["PolicyDocument"])
+        for arn in properties.get("ManagedPolicyArns", []):
+            if arn not in managed:
+                raise PolicyNotModelled(f"{logical_id} carries the managed policy {arn}, which this "
+                                        "stack does not define: its statements cannot be read")
+            found[logical_id][managed[arn]] = _document(stack.resources[managed[arn]]["Properties"]["PolicyDocument"])
+    for logical_id, resource in stack.resources.items():
+        kind, properties = resource["Type"], resource.get("Properties", {})
+        if kind in ATTACHING:
+            if {"Users", "Groups"} & set(properties):
+                raise PolicyNotModelled(f"{logical_id} is attached to users or groups: not read")
+            names = properties.get(ATTACHING[kind], [])
+            for name in [names] if isinstance(names, str) else names:
+                if name not in by_name:
+                    raise PolicyNotModelled(f"{logical_id} is attached to {name!r}, not a role of the stack")
+                found[by_name[name]][logical_id] = _document(properties["PolicyDocument"])
+        elif kind.startswith("AWS::IAM::") and kind not in NO_POLICY | {"AWS::IAM::Role"}:
+            raise PolicyNotModelled(f"{logical_id} is an {kind}: not read")
+        elif kind != "AWS::IAM::Role":
+            for document in _documents(properties):
+                for statement in document["Statement"] if isinstance(document["Statement"], list) \
+                        else [document["Statement"]]:
+                    principal = statement.get("Principal")
+                    if "NotPrincipal" in statement or not (
+                            isinstance(principal, dict) and set(principal) == {"Service"}):
+                        raise PolicyNotModelled(f"the resource policy of {logical_id} names "
+                                                f"{principal or statement.get('NotPrincipal')!r}: not read")
+    return found
+
+
+PARAMETERS = {"InstructorArn": f"arn:aws:iam::{ACCOUNT}:user/instructor",
+              "InstructorEmail": "instructor@example.org", "RepositoryUrl": "https://example.org/workbook.git",
+              "RepositoryCommit": "0" * 40, "ClassroomCacheUrl": "s3://class-bucket/classroom-cache.tar.gz",
+              "VpcId": "vpc-0a", "SubnetIds": ["subnet-0a", "subnet-0b"], "RouteTableIds": ["rtb-0a1b2c3d"]}
+
+
 def write_policies(template_path: str, out_dir: str) -> list[str]:
-    """Every IAM role's inline policies and trust policy of a class of two, expanded from the
-    template at `template_path` with fixed parameters and made-up ids, one JSON file each
-    (<logical id>.<policy name>.json, <logical id>.trust.json): what the pre-class checklist
-    hands to IAM Access Analyzer (docs/workshop-stack.md). Two templates expanded this way share
-    their ids, so check-no-new-access sees only what changed in the policies."""
+    """Every policy that reaches an IAM role (role_policies: inline, managed, attached by a
+    separate resource, and the trust policy) of a class of two, expanded from the template at
+    `template_path` with fixed parameters and made-up ids, one JSON file each (<role's logical
+    id>.<policy name or attaching resource>.json, <role's logical id>.trust.json): what the
+    pre-class checklist hands to IAM Access Analyzer (docs/workshop-stack.md). Two templates
+    expanded this way share their ids, so check-no-new-access sees only what changed."""
     import json
     from pathlib import Path
 
     from deploy.template import load
 
-    stack = Stack(load(Path(template_path)), {
-        "LearnerCount": "2", "InstructorArn": f"arn:aws:iam::{ACCOUNT}:user/instructor",
-        "InstructorEmail": "instructor@example.org", "RepositoryUrl": "https://example.org/workbook.git",
-        "RepositoryCommit": "0" * 40, "ClassroomCacheUrl": "s3://class-bucket/classroom-cache.tar.gz",
-        "VpcId": "vpc-0a", "SubnetIds": ["subnet-0a", "subnet-0b"], "RouteTableIds": ["rtb-0a1b2c3d"]})
+    stack = Stack(load(Path(template_path)), {"LearnerCount": "2", **PARAMETERS})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for logical_id, role in stack.of_type("AWS::IAM::Role").items():
-        documents = {"trust": role["Properties"]["AssumeRolePolicyDocument"]}
-        documents.update({p["PolicyName"]: p["PolicyDocument"] for p in role["Properties"].get("Policies", [])})
+    for logical_id, documents in role_policies(stack).items():
         for name, document in documents.items():
             path = out / f"{logical_id}.{name}.json"
             path.write_text(json.dumps(document, indent=1) + "\n")

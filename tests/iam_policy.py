@@ -22,8 +22,8 @@ so a test never reads a policy it would read wrongly.
 
 Refused (PolicyNotModelled): NotAction, NotResource and NotPrincipal (each inverts a match, so a
 gap in this model would become a grant); a Principal that is anything but a list of exact IAM user
-or role ARNs (`"*"`, an account, an account's `:root`, a wildcard, a service or federated
-principal); set operators (ForAnyValue:, ForAllValues:); any other operator; any other statement
+or role ARNs or a list of exact service names (`"*"`, an account, an account's `:root`, a
+wildcard, a federated principal, users and services mixed in one Principal); set operators (ForAnyValue:, ForAllValues:); any other operator; any other statement
 key.
 """
 from __future__ import annotations
@@ -37,6 +37,9 @@ NEGATED = {"StringNotEquals", "StringNotEqualsIgnoreCase", "StringNotLike", "Arn
 POSITIVE = {"StringEquals", "StringEqualsIgnoreCase", "StringLike", "ArnEquals", "ArnLike", "Bool"}
 # An exact IAM user or role ARN: no wildcard, no account root (the only principals the model reads).
 EXACT_PRINCIPAL = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:(user|role)/[A-Za-z0-9+=,.@_/-]+")
+# A service principal named exactly (a service's own name, such as ec2.amazonaws.com): it matches
+# that service and no user or role.
+SERVICE_PRINCIPAL = re.compile(r"[a-z0-9-]+(\.[a-z0-9-]+)*\.amazonaws\.com")
 
 
 class PolicyNotModelled(ValueError):
@@ -150,12 +153,15 @@ def statement_applies(statement: dict, request: Request, trust: bool = False) ->
 
 
 def _principal_matches(principal, caller: str | None) -> bool:
-    if caller is None or not isinstance(principal, dict) or set(principal) != {"AWS"}:
+    if caller is None or not isinstance(principal, dict) or set(principal) not in ({"AWS"}, {"Service"}):
         raise PolicyNotModelled(f"principal {principal!r} is not modelled")
-    listed = _listed(principal["AWS"])
-    for arn in listed:
-        if not isinstance(arn, str) or not EXACT_PRINCIPAL.fullmatch(arn):
-            raise PolicyNotModelled(f"principal {arn!r} is not an exact IAM user or role ARN")
+    ((kind, listed),) = principal.items()
+    listed = _listed(listed)
+    exact = EXACT_PRINCIPAL if kind == "AWS" else SERVICE_PRINCIPAL
+    for name in listed:
+        if not isinstance(name, str) or not exact.fullmatch(name):
+            raise PolicyNotModelled(f"principal {name!r} is not an exact IAM user or role ARN "
+                                    "or service name")
     return caller in listed
 
 

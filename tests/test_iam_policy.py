@@ -78,7 +78,8 @@ def test_inverted_elements_are_refused(inverted):
 @pytest.mark.parametrize("principal", [
     {"AWS": [ROLE, "*"]}, {"AWS": "*"}, "*", {"AWS": [ROLE, "arn:aws:iam::111122223333:root"]},
     {"AWS": "111122223333"}, {"AWS": "arn:aws:iam::111122223333:role/*"},
-    {"Service": "ec2.amazonaws.com"}, {"AWS": ROLE, "Federated": "cognito-identity.amazonaws.com"}])
+    {"Service": "*"}, {"Service": "*.amazonaws.com"}, {"AWS": ROLE, "Service": "ec2.amazonaws.com"},
+    {"AWS": ROLE, "Federated": "cognito-identity.amazonaws.com"}])
 def test_any_principal_but_exact_arns_is_refused(principal):
     trust = [{"Statement": [{"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}]}]
     with pytest.raises(PolicyNotModelled):
@@ -89,6 +90,12 @@ def test_exact_principals_match_exactly():
     trust = [{"Statement": [{"Effect": "Allow", "Principal": {"AWS": [ROLE]}, "Action": "sts:AssumeRole"}]}]
     assert allows(trust, Request("sts:AssumeRole", "", {}, ROLE), trust=True)
     assert not allows(trust, Request("sts:AssumeRole", "", {}, ROLE + "2"), trust=True)
+    # A service principal is that service: no role or user, whatever its name, is it.
+    ec2 = [{"Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                           "Action": "sts:AssumeRole"}]}]
+    assert allows(ec2, Request("sts:AssumeRole", "", {}, "ec2.amazonaws.com"), trust=True)
+    for caller in (ROLE, "arn:aws:iam::111122223333:role/ec2.amazonaws.com", "ssm.amazonaws.com"):
+        assert not allows(ec2, Request("sts:AssumeRole", "", {}, caller), trust=True)
 
 
 @pytest.mark.parametrize("statement", [

@@ -1,8 +1,16 @@
 """Who may do what in a class, seat by seat: deploy/workshop.yaml expanded for a class of one and
 of three (tests/cfn_expand.py) and every learner role and lab role evaluated with AWS's
 documented policy logic (tests/iam_policy.py, which refuses what it does not model). Learner N
-reaches lab N only (sessions, token, start), only the instructor hands out seats, lab N writes
-only its own token, reads none, and its credentials work only from the lab's VPC.
+reaches lab N only (sessions, token, start), only the instructor hands out seats, lab N reads and
+writes only its own token, and its credentials work only from the lab itself.
+
+Every policy that reaches a role is read, in whatever resource or property it is written
+(tests/cfn_expand.py, role_policies: a form it does not read fails the check). Every probe is
+decided twice, with its minimal request context and with the context a signed request really
+carries (realistic(): the global keys AWS adds to every call, filled in for the caller), and the two
+verdicts must agree: an Allow conditioned on aws:SecureTransport, aws:RequestedRegion,
+aws:PrincipalAccount or aws:PrincipalArn shows up either way. Every trust policy is probed with
+every role ARN the stack makes (path and name as the expansion writes them) and outsiders.
 
 The check_* functions raise AssertionError (or PolicyNotModelled) on a stack that breaks them;
 tests/test_workshop_stack_mutants.py runs them on templates with a path from one seat to another
@@ -14,7 +22,7 @@ import functools
 import pytest
 
 from deploy.template import load
-from tests.cfn_expand import ACCOUNT, PARTITION, REGION, STACK, Stack
+from tests.cfn_expand import ACCOUNT, PARTITION, REGION, STACK, Stack, role_policies
 from tests.iam_policy import Request, actions_granted, allows, decide
 
 INSTRUCTOR = f"arn:aws:iam::{ACCOUNT}:user/instructor"
@@ -26,6 +34,10 @@ AGENT_ACTIONS = {
     "ssmmessages:OpenDataChannel", "ec2messages:AcknowledgeMessage", "ec2messages:DeleteMessage",
     "ec2messages:FailMessage", "ec2messages:GetEndpoint", "ec2messages:GetMessages",
     "ec2messages:SendReply"}
+# The agent's association poll (amazon-ssm-agent: every DefaultSsmAssociationFrequencyMinutes,
+# 10): ListInstanceAssociations names the instance, its fallback ListAssociations nothing.
+ASSOCIATION_ACTIONS = {"ssm:ListInstanceAssociations", "ssm:ListAssociations"}
+LAB_ACTIONS = AGENT_ACTIONS | ASSOCIATION_ACTIONS | {"ssm:PutParameter", "ssm:GetParameter"}
 LEARNER_ACTIONS = {"ssm:StartSession", "ssmmessages:OpenDataChannel", "ssm:TerminateSession",
                    "ssm:ResumeSession", "ssm:GetParameter", "ec2:StartInstances"}
 FORWARDING = f"arn:{PARTITION}:ssm:{REGION}::document/AWS-StartPortForwardingSession"
@@ -74,10 +86,91 @@ def token(seat: str, stack_name: str = STACK) -> str:
     return f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/{stack_name}/lab{seat}/jupyter-token"
 
 
+@functools.lru_cache(maxsize=8)
+def reaching(stack: Stack) -> dict[str, dict[str, dict]]:
+    """Every policy that reaches each role (role_policies), read once per expanded stack."""
+    return role_policies(stack)
+
+
 def policies(stack: Stack, role: str) -> list[dict]:
-    properties = stack.resources[role]["Properties"]
-    assert "ManagedPolicyArns" not in properties, f"{role} carries managed policies"
-    return [p["PolicyDocument"] for p in properties["Policies"]]
+    """Every identity policy that reaches `role`: inline, managed, or attached by another resource."""
+    return [document for name, document in reaching(stack)[role].items() if name != "trust"]
+
+
+def trust_policy(stack: Stack, role: str) -> list[dict]:
+    return [reaching(stack)[role]["trust"]]
+
+
+LAPTOP_IP = "198.51.100.7"  # a learner's laptop, or wherever credentials were carried off to
+
+
+def lab_ip(seat: str) -> str:
+    """Lab `seat`'s primary private IPv4 address (made up, one per seat)."""
+    return f"10.0.{int(seat)}.10"
+
+
+def realistic(stack: Stack, request: Request) -> dict:
+    """The request context AWS builds for a signed call (IAM User Guide, "AWS global condition
+    context keys": the keys "always present" and those a role session, EC2 role credentials or a
+    VPC endpoint add), for the caller that `request`'s minimal context or principal names, with
+    the minimal context's own values kept."""
+    minimal = request.context
+    signed = {"aws:SecureTransport": "true", "aws:RequestedRegion": REGION,
+              "aws:PrincipalAccount": ACCOUNT, "aws:CurrentTime": "2026-11-30T09:00:00Z",
+              "aws:EpochTime": "1796029200", "aws:UserAgent": "aws-cli/2.22.0 Python/3.12.6",
+              "aws:ViaAWSService": "false", "aws:PrincipalIsAWSService": "false",
+              "aws:ResourceAccount": ACCOUNT}
+    userid = str(minimal.get("aws:userid", ""))
+    if request.principal is not None:  # a trust policy: the caller assuming the role
+        caller = request.principal
+        if caller.endswith(".amazonaws.com"):
+            signed.update({"aws:PrincipalIsAWSService": "true", "aws:PrincipalServiceName": caller})
+            for key in ("aws:PrincipalAccount", "aws:UserAgent", "aws:ResourceAccount"):
+                signed.pop(key)
+        elif ":user/" in caller:
+            signed.update({"aws:PrincipalArn": caller, "aws:PrincipalType": "User",
+                           "aws:userid": "AIDAEXAMPLEUSERID", "aws:username": caller.rsplit("/", 1)[1],
+                           "aws:SourceIp": LAPTOP_IP})
+        else:
+            signed.update({"aws:PrincipalArn": caller, "aws:PrincipalType": "AssumedRole",
+                           "aws:userid": "AROAEXAMPLEROLEID:session", "aws:SourceIp": LAPTOP_IP,
+                           "aws:MultiFactorAuthPresent": "false",
+                           "aws:TokenIssueTime": "2026-11-30T08:00:00Z"})
+            if caller.split(":")[4] != ACCOUNT:
+                signed["aws:PrincipalAccount"] = caller.split(":")[4]
+    elif "ec2:SourceInstanceARN" in minimal:  # a lab's role credentials
+        instance = str(minimal["ec2:SourceInstanceARN"]).rsplit("/", 1)[1]
+        (seat,) = [s for s in seats(stack) if stack.ref("Lab" + s) == instance]
+        signed.update({"aws:PrincipalArn": stack.get_att(f"Lab{seat}Role", "Arn"),
+                       "aws:PrincipalType": "AssumedRole", "aws:userid": f"AROAEXAMPLELAB{seat}:{instance}",
+                       "aws:MultiFactorAuthPresent": "false", "aws:TokenIssueTime": "2026-11-30T08:00:00Z",
+                       "aws:Ec2InstanceSourcePrivateIPv4": lab_ip(seat)})
+        if "aws:SourceVpc" in minimal:  # through an endpoint: no public source address
+            signed["aws:SourceVpce"] = "vpce-0a1b2c3d4e5f6a7b8"
+        else:
+            signed["aws:SourceIp"] = LAPTOP_IP
+    elif ":" in userid:  # a learner's role session
+        session_name_ = userid.split(":", 1)[1]
+        seat = session_name_.rsplit("learner", 1)[1]
+        signed.update({"aws:PrincipalArn": stack.get_att(f"Learner{seat}Role", "Arn"),
+                       "aws:PrincipalType": "AssumedRole", "aws:SourceIp": LAPTOP_IP,
+                       "aws:MultiFactorAuthPresent": "false",
+                       "aws:TokenIssueTime": "2026-11-30T08:00:00Z"})
+    return {**signed, **minimal}
+
+
+def verdict(stack: Stack, policies_: list[dict], request: Request, trust: bool = False) -> str:
+    """decide() under the minimal and the realistic context; they must agree."""
+    minimal = decide(policies_, request, trust)
+    signed = decide(policies_, Request(request.action, request.resource, realistic(stack, request),
+                                       request.principal), trust)
+    assert minimal == signed, (f"{request.action} on {request.resource}: {minimal} with the minimal "
+                               f"context, {signed} with the keys every signed request carries")
+    return signed
+
+
+def allowed(stack: Stack, policies_: list[dict], request: Request, trust: bool = False) -> bool:
+    return verdict(stack, policies_, request, trust) == "Allow"
 
 
 def session_name(seat: str, stack_name: str = STACK) -> str:
@@ -110,10 +203,14 @@ def on_session(action: str, seat: str, stack: Stack, caller: dict, stack_name: s
     return Request(action, session(seat, stack_name=stack_name), {**caller, **tags})
 
 
-def shell_without_a_document(policies_of_learner: list[dict], instance: str, caller: dict) -> bool:
+def shell_without_a_document(policies_of_learner: list[dict], instance: str, caller: dict,
+                             stack: Stack | None = None) -> bool:
     """`aws ssm start-session --target <lab>` naming no document opens SSM-SessionManagerRunShell
     even where no statement grants it, unless the StartSession statement carries the document
-    check (AWS, "Enforce a session document permission check for the AWS CLI")."""
+    check (AWS, "Enforce a session document permission check for the AWS CLI"). With `stack`, each
+    probe is decided under both contexts (verdict)."""
+    def allows(policies_, request):  # noqa: F811 - the module's, or both contexts'
+        return allowed(stack, policies_, request) if stack else decide(policies_, request) == "Allow"
     if not allows(policies_of_learner, Request("ssm:StartSession", instance, caller)):
         return False
     checked = any(s.get("Condition", {}).get("BoolIfExists", {}).get("ssm:SessionDocumentAccessCheck") == "true"
@@ -123,14 +220,19 @@ def shell_without_a_document(policies_of_learner: list[dict], instance: str, cal
     return not checked or allows(policies_of_learner, Request("ssm:StartSession", shell, caller))
 
 
-def lab_caller(stack: Stack, seat: str, source_vpc: str | None = VPC, via_service: bool = False) -> dict:
+def lab_caller(stack: Stack, seat: str, source_vpc: str | None = VPC, via_service: bool = False,
+               source_ip: str | None = None) -> dict:
     """The request context of lab `seat`'s role credentials (EC2 role credentials carry
-    ec2:SourceInstanceARN and aws:Ec2InstanceSourceVpc), called from `source_vpc`'s endpoints or,
-    with None, from anywhere else (aws:SourceVpc is present only through a VPC endpoint)."""
+    ec2:SourceInstanceARN, aws:Ec2InstanceSourceVpc and aws:Ec2InstanceSourcePrivateIPv4), called
+    through `source_vpc`'s endpoints from `source_ip` (the lab's own address unless given; an
+    endpoint puts both in aws:SourceVpc and aws:VpcSourceIp) or, with None, from anywhere else
+    (both keys are present only through a VPC endpoint)."""
     context = {"ec2:SourceInstanceARN": instance_arn(stack, seat), "aws:Ec2InstanceSourceVpc": VPC,
+               "aws:Ec2InstanceSourcePrivateIPv4": lab_ip(seat),
                "aws:ViaAWSService": "true" if via_service else "false"}
     if source_vpc is not None:
         context["aws:SourceVpc"] = source_vpc
+        context["aws:VpcSourceIp"] = source_ip or lab_ip(seat)
     return context
 
 
@@ -163,88 +265,128 @@ def check_learners_reach_only_their_own_lab(stack: Stack) -> None:
                 for action in ON_AN_INSTANCE:
                     request = Request(action, instance_arn(stack, other), context)
                     expected = own and action in ("ssm:StartSession", "ec2:StartInstances")
-                    assert allows(mine, request) == expected, (action, seat, other, tags)
+                    assert allowed(stack, mine, request) == expected, (action, seat, other, tags)
                 for action in ON_A_TOKEN:
                     request = Request(action, token(other), context)
-                    assert allows(mine, request) == (own and action == "ssm:GetParameter"), (
+                    assert allowed(stack, mine, request) == (own and action == "ssm:GetParameter"), (
                         action, seat, other, tags)
                 for path in parameter_paths(other):
-                    assert not allows(mine, Request("ssm:GetParametersByPath", path, context)), path
+                    assert not allowed(stack, mine, Request("ssm:GetParametersByPath", path, context)), path
             for action in ON_A_SESSION:
-                assert allows(mine, on_session(action, other, stack, caller)) == own, (action, seat, other)
+                assert allowed(stack, mine, on_session(action, other, stack, caller)) == own, (action, seat, other)
                 untagged = on_session(action, other, stack, caller, tagged=False)
-                assert not allows(mine, untagged) or (own and action == "ssmmessages:OpenDataChannel")
+                assert not allowed(stack, mine, untagged) or (own and action == "ssmmessages:OpenDataChannel")
         for action in UNNAMED:
-            assert not allows(mine, Request(action, "*", caller)), action
+            assert not allowed(stack, mine, Request(action, "*", caller)), action
         # The same seat of another class in the account, or of a stack whose name begins with
         # this one's: its sessions and token stay out of reach.
         for stack_name in OTHER_STACKS:
             for action in ON_A_SESSION:
                 request = on_session(action, seat, stack, caller, stack_name=stack_name)
-                assert not allows(mine, request), (action, seat, stack_name)
-            assert not allows(mine, Request("ssm:GetParameter", token(seat, stack_name), caller))
+                assert not allowed(stack, mine, request), (action, seat, stack_name)
+            assert not allowed(stack, mine, Request("ssm:GetParameter", token(seat, stack_name), caller))
 
 
 def check_learners_forward_ports_and_open_no_shell(stack: Stack) -> None:
     for seat in seats(stack):
         mine = policies(stack, f"Learner{seat}Role")
-        assert allows(mine, Request("ssm:StartSession", FORWARDING, learner(seat)))
+        assert allowed(stack, mine, Request("ssm:StartSession", FORWARDING, learner(seat)))
         for document in ("SSM-SessionManagerRunShell", "AWS-StartInteractiveCommand",
                          "AWS-StartSSHSession", "AWS-StartPortForwardingSessionToRemoteHost"):
             arn = f"arn:aws:ssm:{REGION}:{ACCOUNT}:document/{document}"
-            assert not allows(mine, Request("ssm:StartSession", arn, learner(seat))), document
+            assert not allowed(stack, mine, Request("ssm:StartSession", arn, learner(seat))), document
         # Naming no document would open a shell: the document check refuses it.
-        assert not shell_without_a_document(mine, instance_arn(stack, seat), learner(seat))
+        assert not shell_without_a_document(mine, instance_arn(stack, seat), learner(seat), stack)
 
 
-def check_only_the_instructor_opens_a_seat(stack: Stack) -> None:
-    for seat in seats(stack):
-        trust = [stack.resources[f"Learner{seat}Role"]["Properties"]["AssumeRolePolicyDocument"]]
-        as_learner = {"sts:RoleSessionName": session_name(seat)}
-        assert allows(trust, Request("sts:AssumeRole", "", as_learner, INSTRUCTOR), trust=True)
-        for name in (f"learner{seat}", f"{STACK}-learner{seat}", session_name(seat, "other-class")):
-            assert not allows(trust, Request("sts:AssumeRole", "", {"sts:RoleSessionName": name},
-                                             INSTRUCTOR), trust=True), name
-        for someone in (f"arn:aws:iam::{ACCOUNT}:user/someone", f"arn:aws:iam::{ACCOUNT}:root",
-                        f"arn:aws:iam::{ACCOUNT}:role/{STACK}/Learner01Role",
-                        "arn:aws:iam::444455556666:user/instructor"):
-            assert not allows(trust, Request("sts:AssumeRole", "", as_learner, someone), trust=True)
+# Principals outside the class: another user, the account's root, another account's instructor, a
+# made-up role ARN of the old probe, and services.
+OUTSIDERS = (f"arn:aws:iam::{ACCOUNT}:user/someone", f"arn:aws:iam::{ACCOUNT}:root",
+             "arn:aws:iam::444455556666:user/instructor", f"arn:aws:iam::{ACCOUNT}:role/{STACK}/Learner01Role",
+             "ssm.amazonaws.com", "lambda.amazonaws.com")
+
+
+def check_every_trust_policy_admits_only_its_principal(stack: Stack) -> None:
+    """Each role the stack makes may be assumed by its one principal only: learner role NN by the
+    instructor as <stack>.learnerNN, lab role NN by EC2. Probed with every role ARN of the stack,
+    as the expansion writes it (path and generated name), the instructor and outsiders, under
+    every seat's session name and others."""
+    roles = sorted(stack.of_type("AWS::IAM::Role"))
+    assert set(roles) == {f"{kind}{seat}Role" for seat in seats(stack) for kind in ("Lab", "Learner")}
+    callers = [INSTRUCTOR, "ec2.amazonaws.com", *(stack.get_att(r, "Arn") for r in roles), *OUTSIDERS]
+    names = [session_name(seat) for seat in seats(stack)] + [
+        "learner01", f"{STACK}-learner01", session_name("01", "other-class"), "i-0123456789abcdef0"]
+    for role in roles:
+        trust = trust_policy(stack, role)
+        seat = role.removeprefix("Lab").removeprefix("Learner").removesuffix("Role")
+        for caller in callers:
+            for name in names:
+                request = Request("sts:AssumeRole", stack.get_att(role, "Arn"),
+                                  {"sts:RoleSessionName": name}, caller)
+                expected = (caller == "ec2.amazonaws.com") if role.startswith("Lab") else (
+                    caller == INSTRUCTOR and name == session_name(seat))
+                assert allowed(stack, trust, request, trust=True) == expected, (role, caller, name)
+
+
+def agent_schedule(stack: Stack, seat: str) -> list[Request]:
+    """Every call the Systems Manager agent on lab `seat` makes on its own schedule, whatever the
+    learners do (amazon-ssm-agent: UpdateInstanceInformation every DefaultSsmHealthFrequencyMinutes,
+    5; the association poll every DefaultSsmAssociationFrequencyMinutes, 10, ListInstanceAssociations
+    on its own instance and ListAssociations as the fallback; the message and control channels it
+    keeps open), from the lab through the endpoints."""
+    at_home = lab_caller(stack, seat)
+    calls = [Request(action, "*", at_home) for action in sorted(AGENT_ACTIONS)]
+    calls.append(Request("ssm:ListInstanceAssociations", instance_arn(stack, seat),
+                         {**at_home, **seat_tags(stack, seat)}))
+    calls.append(Request("ssm:ListAssociations", "*", at_home))
+    return calls
 
 
 def check_labs_write_only_their_own_token_from_their_vpc(stack: Stack) -> None:
     for seat in seats(stack):
         lab = policies(stack, f"Lab{seat}Role")
-        assert actions_granted(lab) <= AGENT_ACTIONS | {"ssm:PutParameter", "s3:GetObject"}
+        assert actions_granted(lab) <= LAB_ACTIONS | {"s3:GetObject"}
         at_home = lab_caller(stack, seat)
         for other in seats(stack):
+            own = seat == other
             for tags in ({}, seat_tags(stack, other)):
                 context = {**at_home, **tags}
-                assert allows(lab, Request("ssm:PutParameter", token(other), context)) == (seat == other)
-                for action in ON_A_TOKEN[:3] + ("ssm:DeleteParameter",):
-                    assert not allows(lab, Request(action, token(other), context)), action
+                for action in ON_A_TOKEN:  # its own token: read and write; no other, nor delete
+                    expected = own and action in ("ssm:GetParameter", "ssm:PutParameter")
+                    assert allowed(stack, lab, Request(action, token(other), context)) == expected, action
                 for path in parameter_paths(other):
-                    assert not allows(lab, Request("ssm:GetParametersByPath", path, context))
+                    assert not allowed(stack, lab, Request("ssm:GetParametersByPath", path, context))
                 for action in ON_AN_INSTANCE:
-                    assert not allows(lab, Request(action, instance_arn(stack, other), context)), action
+                    assert not allowed(stack, lab, Request(action, instance_arn(stack, other), context)), action
+                # The association poll names its own instance, known by its tags.
+                listing = Request("ssm:ListInstanceAssociations", instance_arn(stack, other), context)
+                assert allowed(stack, lab, listing) == (own and bool(tags)), (seat, other, tags)
             for action in ON_A_SESSION[:2]:
-                assert not allows(lab, on_session(action, other, stack, at_home)), action
+                assert not allowed(stack, lab, on_session(action, other, stack, at_home)), action
         for action in UNNAMED:
-            assert not allows(lab, Request(action, "*", at_home)), action
-        # The agent's calls and the token work in the lab's VPC, and are refused anywhere else:
-        # off the lab (no aws:SourceVpc) or through another VPC's endpoints.
-        for action in sorted(AGENT_ACTIONS):
-            assert allows(lab, Request(action, "*", at_home)), action
-        for elsewhere in (lab_caller(stack, seat, None), lab_caller(stack, seat, "vpc-attacker")):
-            assert decide(lab, Request("ssm:PutParameter", token(seat), elsewhere)) == "ExplicitDeny"
-            for action in sorted(AGENT_ACTIONS):
-                assert decide(lab, Request(action, "*", elsewhere)) == "ExplicitDeny", action
+            assert not allowed(stack, lab, Request(action, "*", at_home)), action
+        # The agent's own calls and the token work from the lab, and are refused anywhere else:
+        # off the lab's VPC (no aws:SourceVpc), through another VPC's endpoints, and from another
+        # host of the lab's VPC, a neighbour's lab among them (aws:VpcSourceIp).
+        for call in agent_schedule(stack, seat):
+            assert allowed(stack, lab, call), call.action
+        others = [lab_ip(s) for s in seats(stack) if s != seat] + ["10.0.200.9"]
+        elsewhere = [lab_caller(stack, seat, None), lab_caller(stack, seat, "vpc-attacker"),
+                     *(lab_caller(stack, seat, VPC, source_ip=ip) for ip in others)]
+        for context in elsewhere:
+            assert verdict(stack, lab, Request("ssm:PutParameter", token(seat), context)) == "ExplicitDeny"
+            for call in agent_schedule(stack, seat):
+                tags = {k: v for k, v in call.context.items() if "Tag/" in k}  # the call's resource's
+                moved = Request(call.action, call.resource, {**context, **tags})
+                assert verdict(stack, lab, moved) == "ExplicitDeny", (call.action, context)
         # A service acting for the lab (SSM calling KMS for the parameter) is not refused here.
         via = lab_caller(stack, seat, None, via_service=True)
-        assert decide(lab, Request("kms:Decrypt", "*", via)) == "ImplicitDeny"
+        assert verdict(stack, lab, Request("kms:Decrypt", "*", via)) == "ImplicitDeny"
 
 
 ALL_CHECKS = (check_learners_reach_only_their_own_lab, check_learners_forward_ports_and_open_no_shell,
-              check_only_the_instructor_opens_a_seat, check_labs_write_only_their_own_token_from_their_vpc)
+              check_every_trust_policy_admits_only_its_principal,
+              check_labs_write_only_their_own_token_from_their_vpc)
 
 
 def test_both_classes_have_their_seats():
@@ -260,18 +402,18 @@ def test_learners_forward_ports_and_open_no_shell(stack):
     check_learners_forward_ports_and_open_no_shell(stack)
 
 
-def test_only_the_instructor_opens_a_seat_and_only_as_its_learner(stack):
-    check_only_the_instructor_opens_a_seat(stack)
+def test_every_role_is_assumed_by_its_one_principal_only(stack):
+    check_every_trust_policy_admits_only_its_principal(stack)
 
 
-def test_lab_n_writes_its_own_token_reads_none_and_only_from_its_vpc(stack):
+def test_lab_n_reads_and_writes_only_its_own_token_and_only_from_the_lab(stack):
     check_labs_write_only_their_own_token_from_their_vpc(stack)
     for seat in seats(stack):
         lab = policies(stack, f"Lab{seat}Role")
-        assert allows(lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/classroom-cache.tar.gz",
-                                   lab_caller(stack, seat)))
-        assert not allows(lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/other",
-                                       lab_caller(stack, seat)))
+        assert allowed(stack, lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/classroom-cache.tar.gz",
+                                           lab_caller(stack, seat)))
+        assert not allowed(stack, lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/other",
+                                               lab_caller(stack, seat)))
         trust = stack.resources[f"Lab{seat}Role"]["Properties"]["AssumeRolePolicyDocument"]
         assert trust["Statement"] == [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
                                        "Action": "sts:AssumeRole"}]
@@ -284,7 +426,7 @@ def test_lab_n_writes_its_own_token_reads_none_and_only_from_its_vpc(stack):
 def test_without_an_archive_a_lab_reads_nothing_in_s3():
     stack = expand(2)
     lab = policies(stack, "Lab02Role")
-    assert actions_granted(lab) == AGENT_ACTIONS | {"ssm:PutParameter"}
+    assert actions_granted(lab) == LAB_ACTIONS
     assert not allows(lab, Request("s3:GetObject", "arn:aws:s3:::class-bucket/classroom-cache.tar.gz",
                                    lab_caller(stack, "02")))
 

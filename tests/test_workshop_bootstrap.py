@@ -163,6 +163,12 @@ def test_a_lab_boots_to_jupyterlab_on_loopback_with_the_classroom_cache(tmp_path
         assert signals.signals == [{"Status": "SUCCESS", "UniqueId": f"Lab{SEAT}", "Data": "",
                                     "Reason": f"Lab{SEAT} is ready: JupyterLab answers on 127.0.0.1"}]
         assert signals.content_types == [None]
+        # deploy/publish_token.sh wrote it after reading the parameter, and its timer, run as root
+        # from the commit's root-owned copy, puts it back whenever the parameter holds anything else.
+        assert calls[-2][:3] == ["aws", "ssm", "get-parameter"]
+        token_unit = (lab["systemd"] / "workshop-token.service").read_text()
+        assert f"ExecStart=/bin/bash {lab['idle']}/deploy/publish_token.sh" in token_unit
+        assert "User=" not in token_unit and (lab["systemd"] / "workshop-token.timer.enabled").exists()
 
         # The idle-stop unit's own command, run against this JupyterLab: idle, not stopping. It
         # runs as root, so nothing in it is the learner's: its code is a copy of the commit

@@ -39,6 +39,8 @@ def as_seat(stack, text: str, seat: str) -> str:
     for word in ("Lab", "lab", "Learner", "learner", "lab ", "learner "):
         text = text.replace(f"{word}01", f"{word}{seat}")
     text = text.replace('"workshop-seat": "01"', f'"workshop-seat": "{seat}"')  # the token's tag
+    # the lab role's association poll, which names its own instance by the instance's tag
+    text = text.replace('"aws:ResourceTag/workshop-seat": "01"', f'"aws:ResourceTag/workshop-seat": "{seat}"')
     return text.replace('"Key": "workshop-seat", "Value": "01"',  # the instance's
                         f'"Key": "workshop-seat", "Value": "{seat}"')
 
