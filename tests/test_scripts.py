@@ -363,7 +363,7 @@ def test_progress_lines_come_from_the_loss_reads(script_runs):
     progress = [line for line in run.output.splitlines() if line.startswith("step ")]
     assert [line.split(":")[0] for line in progress] == ["step 1/120", "step 50/120",
                                                          "step 100/120"]
-    assert "the first step compiles the graphs" in progress[0]
+    assert "the first step's new graphs: compiled or loaded from the cache" in progress[0]
     history = run.results("xla")["loss_history"]
     assert [f"step {s}/120: loss {v:.4f}" for s, v in history] == [p.split(" (")[0] for p in progress]
 
