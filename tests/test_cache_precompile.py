@@ -34,7 +34,7 @@ a = p.parse_args()
 with open(os.environ["INVOCATIONS"], "a") as log:
     log.write(json.dumps(["train", *sys.argv[1:]]) + "\n")
 graphs = 3 if a.steps_this_run else 4
-print(f"Graphs compiled: {graphs} (compile time 0.01 s)")
+print(f"New graphs: {graphs} (compiled or loaded from the cache in 0.01 s)")
 out = Path(a.checkpoint_dir)
 out.mkdir(parents=True, exist_ok=True)
 (out / "results_xla.json").write_text(json.dumps({"stage": "xla", "graphs_compiled": graphs}))
@@ -123,13 +123,14 @@ def test_real_training_scripts_accept_both_command_lines():
 
 
 def test_output_parsers():
-    lines = ["[rank1]: Graphs compiled: 5 (compile time 1.0 s)", "noise",
-             "[rank0]: Graphs compiled: 6 (compile time 1.0 s)",
+    lines = ["[rank1]: New graphs: 5 (compiled or loaded from the cache in 1.0 s)", "noise",
+             "[rank0]: New graphs: 6 (compiled or loaded from the cache in 1.0 s)",
              "2023-08-24 20:21:11.000895:  161136  INFO ||NEURON_PARALLEL_COMPILE||: Total graphs: 2",
              "... INFO ||NEURON_PARALLEL_COMPILE||: Total failed compilations: 1"]
-    assert precompile.graphs_compiled_from_output(lines) == 6
+    assert precompile.new_graphs_from_output(lines) == 6
+    assert precompile.new_graphs_from_output(["Graphs compiled: 2 (compile time 0.3 s)"]) == 2  # an older log
     assert precompile.parallel_compile_totals(lines) == {"total": 2, "failed": 1}
-    assert precompile.graphs_compiled_from_output(["nothing"]) is None
+    assert precompile.new_graphs_from_output(["nothing"]) is None
 
 
 @pytest.fixture

@@ -105,3 +105,13 @@ def test_unreadable_file_and_unknown_instance_say_what_to_do(tmp_path):
         load_cost_data(bad)
     with pytest.raises(KeyError, match="add one, with its source and date"):
         price("trn2.48xlarge")
+
+
+def test_a_trn1_figure_names_the_instance_its_log_names():
+    from helpers.show import trn1_figure
+
+    assert trn1_figure("xla") == "95 it/s, the AWS MLP tutorial's log labelled trn1.32xlarge"
+    assert trn1_figure("torchrun_w2") == "163 it/s per worker, the AWS MLP tutorial's log labelled trn1.32xlarge"
+    assert trn1_figure("torchrun_w1").endswith("log which names no instance")
+    with pytest.raises(KeyError, match="logs no 'bf16_fp32' run"):
+        trn1_figure("bf16_fp32")

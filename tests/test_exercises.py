@@ -23,11 +23,20 @@ def rows(*compiled_flags):
 
 
 def test_feedback_reads_the_same_as_text_and_html():
-    f = ex.Feedback("Exercise 9.9 (x)", ex.NOT_YET, "do it", "like <this>")
-    assert str(f) == "Exercise 9.9 (x) - Not yet: do it\nHint: like <this>"
-    assert "like &lt;this&gt;" in f._repr_html_() and not f.ok
+    f = ex.Feedback("Exercise 9.9 (x)", ex.WRONG, "not that", "like <this>")
+    assert str(f) == "Exercise 9.9 (x) - Not quite: not that\nHint: like <this>"
+    assert "<b>Hint:</b> like &lt;this&gt;" in f._repr_html_() and not f.ok
     right = ex.Feedback("Exercise 9.9 (x)", ex.RIGHT, "yes", "never shown")
     assert right.ok and "Hint" not in str(right) and "never shown" not in right._repr_html_()
+
+
+def test_an_untouched_exercise_shows_no_hint():
+    """Not yet: the text has no hint, only that one comes; the HTML folds it in a closed <details>."""
+    untouched = ex.Feedback("Exercise 9.9 (x)", ex.NOT_YET, "set x, then run this cell.", "like <this>")
+    assert "like" not in str(untouched) and ex.HINT_LATER in str(untouched)
+    page = untouched._repr_html_()
+    assert "<details><summary>" in page and "<details open" not in page
+    assert page.index("<details>") < page.index("like &lt;this&gt;")  # only inside the fold
 
 
 @pytest.fixture
@@ -278,3 +287,4 @@ def test_notebook_ends_with_exercises_that_have_checks_and_solutions(notebook):
             text = "".join(out.get("data", {}).get("text/plain", ""))
             if text.startswith("Exercise "):
                 assert " - Not yet: " in text, f"{notebook.name} commits a solved exercise: {text}"
+                assert "Hint: " not in text, f"{notebook.name} shows a hint before an answer: {text}"

@@ -317,10 +317,10 @@ def test_plot_compile_metrics_marks_compiles_among_many_steps():
 def test_describe_a_step_in_words():
     row = {"step": 0, "label": "step 0", "UncachedCompile": 1, "CachedCompile": 0,
            "ExecuteComputation": 2, "compile_time_s": 1.616, "transfers_from_device": 1}
-    assert xla_metrics.describe(row) == ("step 0: 1 new graph compiled (1.62 s), 0 cache hits, "
+    assert xla_metrics.describe(row) == ("step 0: 1 new graph (1.62 s), 0 reused, "
                                 "2 executions, 1 transfer from the device")
     quiet = dict(row, label=None, UncachedCompile=0, ExecuteComputation=1, transfers_from_device=0)
-    assert xla_metrics.describe(quiet) == ("0 new graphs compiled, 0 cache hits, 1 execution, "
+    assert xla_metrics.describe(quiet) == ("0 new graphs, 0 reused, 1 execution, "
                                   "0 transfers from the device")
 
 

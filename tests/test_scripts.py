@@ -93,7 +93,7 @@ def test_train_xla_run(script_runs, run_name, device_loader):
     results = run.results("xla")
     assert results["backend"] == "xla-cpu" and results["steps"] == 120
     assert results["device_loader"] is device_loader
-    assert f"Graphs compiled: {results['graphs_compiled']} (compile time " in run.output
+    assert f"New graphs: {results['graphs_compiled']} (compiled or loaded from the cache in " in run.output
     assert results["graphs_compiled"] >= 1
     # xm.save moved everything to the CPU: a plain torch.load reads it
     assert run.state_dict("xla")["fc3.weight"].device.type == "cpu"
@@ -116,7 +116,7 @@ def test_torchrun_two_workers(script_runs):
     assert "Gradient all-reduce: over gloo" in out and "world size 1 in each process" in out
     assert "Replicas equal: max parameter-checksum difference 0" in out
     assert out.count("Train throughput (iter/sec)") == 2  # every worker reports, as the sample
-    assert out.count("Graphs compiled: ") == 2  # every worker's own count
+    assert out.count("New graphs: ") == 2  # every worker's own count
     assert out.count("Test accuracy: ") == 1  # replicas are equal: rank 0 evaluates for all
     results = run.results("torchrun_w2")
     assert results["world_size"] == 2 and results["gradient_reduce"] == "gloo"
@@ -363,7 +363,7 @@ def test_progress_lines_come_from_the_loss_reads(script_runs):
     progress = [line for line in run.output.splitlines() if line.startswith("step ")]
     assert [line.split(":")[0] for line in progress] == ["step 1/120", "step 50/120",
                                                          "step 100/120"]
-    assert "the first step compiles the graphs" in progress[0]
+    assert "the first step's new graphs: compiled or loaded from the cache" in progress[0]
     history = run.results("xla")["loss_history"]
     assert [f"step {s}/120: loss {v:.4f}" for s, v in history] == [p.split(" (")[0] for p in progress]
 

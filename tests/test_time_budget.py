@@ -13,7 +13,7 @@ from datetime import datetime
 import nbformat
 import pytest
 
-from helpers.classroom import time_budget
+from helpers.classroom import graph_list, time_budget
 from helpers.classroom.time_budget import (
     BUDGET,
     READING,
@@ -96,15 +96,10 @@ def test_the_docs_state_the_same_figures():
     assert budget_table() in (REPO_ROOT / "notebooks/README.md").read_text()
 
 
-# Graphs the stand-in's record holds that a trn1 does not compile, by the argument in the row's
-# comment (helpers/classroom/time_budget.py): 04's gloo average cuts the step in two; 05's
-# bf16-sr emulates on the stand-in the rounding a NeuronCore does in hardware.
-STAND_IN_ONLY = {"04": 1, "05": 1}
-
-
-def test_the_compile_counts_are_the_graph_records_new_graphs():
-    """The stand-in's new graphs, less those its own mechanics add (STAND_IN_ONLY); a trn1's
-    count for such a row is an argument, reported undecided by the trn1 double's pass."""
+def test_each_graph_list_is_the_graph_records_new_graphs():
+    """Per notebook, the listed graphs the stand-in builds and the archive holds are exactly the
+    record's graphs new to it (the pass's order: notebooks, then solutions); the budget's counts
+    are the lists' (a trn1's graphs, those the archive cannot save, those in optional parts)."""
     record = json.loads((REPO_ROOT / "notebooks/classroom_graphs.json").read_text())
     by_item = record["backends"]["xla-cpu"]["by_item"]
     seen, new = set(), {}
@@ -112,10 +107,45 @@ def test_the_compile_counts_are_the_graph_records_new_graphs():
         new[item] = len(set(by_item[item]) - seen)
         seen |= set(by_item[item])
     for number, path in NOTEBOOKS.items():
-        b = BUDGET[number]
-        assert b.compiles == new[path.name] - STAND_IN_ONLY.get(number, 0) + b.compiles_with_archive, number
+        listed, b = graph_list.counts(number), BUDGET[number]
+        assert listed.stand_in_new == new[path.name], (number, "the list and the record disagree")
+        assert (b.compiles, b.compiles_with_archive, b.optional_compiles) == (
+            listed.compiles, listed.compiles_with_archive, listed.optional_compiles), number
         assert b.optional_compiles <= b.compiles_with_archive  # the model: optional compiles are archive-proof
     assert SOLUTIONS.compiles == sum(n for item, n in new.items() if item.startswith("solutions/"))
+
+
+@pytest.mark.parametrize("number", [n for n in sorted(NOTEBOOKS) if BUDGET[n].compiles])
+def test_each_notebook_shows_its_graph_list_under_its_introduction(number):
+    """The cell after the setup cell prints the list; each graph's cell is found, in the list's
+    section (optional or not), and the list's count is the introduction's."""
+    cells = json.loads(NOTEBOOKS[number].read_text())["cells"]
+    shown = "".join(cells[2]["source"])
+    assert cells[2]["cell_type"] == "code" and f'show_graph_list("{number}")' in shown
+    text = graph_list.graph_list(number)
+    assert text.startswith(f"neuronx-cc runs {BUDGET[number].compiles} times on a trn1")
+    for graph in graph_list.GRAPHS[number]:
+        _, heading = graph_list.find_cell(cells, graph.cell)
+        assert heading.startswith("Optional · ") == graph.optional, (number, graph.what, heading)
+
+
+def test_a_graph_list_names_cells_by_one_line_and_says_what_only_one_backend_builds(tmp_path):
+    cells = [{"cell_type": "markdown", "source": ["# T\n\n## Part"]},
+             {"cell_type": "code", "source": ["a = 1\n", "step()"]},
+             {"cell_type": "markdown", "source": ["## Optional · More"]},
+             {"cell_type": "code", "source": ["step()"]}]
+    assert graph_list.find_cell(cells, "a = 1") == (1, "Part")
+    with pytest.raises(ValueError, match="2 code cells hold 'step\\(\\)'"):
+        graph_list.find_cell(cells, "step()")
+    text = graph_list.graph_list("04")
+    assert "the 2-worker step, the all-reduce inside *" in text and "* on a trn1 only." in text
+    assert text.split("Only the stand-in builds:")[1].count("cell ") == 2  # the gloo halves
+
+
+def test_the_counts_follow_the_list():
+    assert graph_list.counts("06") == graph_list.Counts(6, 2, 2, 4)
+    assert graph_list.counts("04") == graph_list.Counts(2, 0, 0, 3)
+    assert graph_list.counts("01") == graph_list.Counts(0, 0, 0, 0)
 
 
 def test_a_compile_takes_what_the_tutorials_log_shows():

@@ -35,7 +35,7 @@ TRIAL_STEPS = 10
 # host memory and CPU resources" (neuron_parallel_compile, Neuron 2.31, docs/sources.md).
 RETRIES_VARIABLE = "NEURON_PARALLEL_COMPILE_MAX_RETRIES"
 RETRIES_ON = {"trn1.2xlarge": "1"}
-_GRAPHS_LINE = re.compile(r"Graphs compiled: (\d+)")
+_GRAPHS_LINE = re.compile(r"(?:New graphs|Graphs compiled): (\d+)")  # the scripts' line, new and old
 _NPC_TOTALS = {key: re.compile(rf"Total {words}: (\d+)") for key, words in (
     ("total", "graphs"), ("succeeded", "successful compilations"), ("failed", "failed compilations"))}
 
@@ -71,8 +71,8 @@ def build_commands(script: str | os.PathLike, script_args: Sequence[str] = (), *
     return PrecompileCommands(run=run, trial_run=trial_run, trial=[wrapper, *trial_run])
 
 
-def graphs_compiled_from_output(lines: Sequence[str]) -> int | None:
-    """The last 'Graphs compiled: N' the training script printed (rank 0's under torchrun)."""
+def new_graphs_from_output(lines: Sequence[str]) -> int | None:
+    """The last 'New graphs: N' the training script printed (rank 0's under torchrun)."""
     found = [int(m[1]) for line in lines if (m := _GRAPHS_LINE.search(line))]
     return found[-1] if found else None
 
@@ -128,7 +128,7 @@ class PrecompileReport:
     compiled_by_trial: CacheDiff | None = None  # entries neuron_parallel_compile added
     compiled_by_run: CacheDiff | None = None  # entries the real run still had to add (misses)
     parallel_totals: dict = field(default_factory=dict)
-    graphs_traced: int | None = None  # stand-in: graphs the trial traced and compiled on the CPU
+    graphs_traced: int | None = None  # stand-in: the new graphs the trial traced (compiled on the CPU)
     results: dict = field(default_factory=dict)  # results_<stage>.json the runs wrote
     notes: list[str] = field(default_factory=list)
 
@@ -234,12 +234,12 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
         report = PrecompileReport("stand-in", commands, cache_root=None)
         on_line(explain(commands, trial_steps))
         trial, report.results = run(commands.trial_run)
-        report.graphs_traced = graphs_compiled_from_output(trial.lines)
+        report.graphs_traced = new_graphs_from_output(trial.lines)
         if report.graphs_traced is None:
             report.graphs_traced = next((r.get("graphs_compiled") for r in report.results.values()
                                          if r.get("graphs_compiled") is not None), None)
         if report.graphs_traced is None:
-            report.notes.append("the trial printed no 'Graphs compiled: N' line and wrote no "
+            report.notes.append("the trial printed no 'New graphs: N' line and wrote no "
                                 "results JSON with graphs_compiled (plain PyTorch traces none)")
         on_line(report.render())
         return report

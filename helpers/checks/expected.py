@@ -35,7 +35,7 @@ class Fact:
     inferred: bool = False  # True: reasoned from the docs, not read off a published log
 
 
-# Graphs compiled by one training run: the tutorial's 2022 log shows two NEFF compiles for
+# New graphs of one training run: the tutorial's 2022 log shows two NEFF compiles for
 # train.py (MODULE_0_SyncTensorsGraph.318, MODULE_1_SyncTensorsGraph.390): PyTorch 1.x's
 # zero_grad() zeroed the gradients, so step 1 (no .grad yet) traced another graph than step 2.
 # PyTorch 2.x sets them to None (one graph, as the stand-in measures); 1 or 2 are both right.

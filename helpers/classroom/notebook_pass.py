@@ -68,8 +68,8 @@ class GraphPass:
         for name, graphs in self.graphs.items():
             rows.append([name, f"{self.seconds[name]:.0f}", len(graphs), len(graphs - seen)])
             seen |= graphs
-        return text_table(rows, ["notebook / solution", "seconds", "graphs compiled",
-                                 "new (compiled into the cache)"], right={1, 2, 3}, rule=True)
+        return text_table(rows, ["notebook / solution", "seconds", "graphs it met",
+                                 "new to the pass (compiled into the cache)"], right={1, 2, 3}, rule=True)
 
 
 def graph_pass(repo: Path, workdir: Path, *, notebooks: list[Path] | None = None,
@@ -108,7 +108,7 @@ def graph_pass(repo: Path, workdir: Path, *, notebooks: list[Path] | None = None
         result.seconds[name] = time.perf_counter() - started
         result.graphs[name] = graphs = dumps.collect(name)
         on_line(f"[{number}/{len(items)}] {name}: {result.seconds[name]:.0f} s, "
-                f"{len(graphs)} graphs compiled, {len(graphs - seen)} not met before")
+                f"{len(graphs)} graphs met, {len(graphs - seen)} new to the pass")
         seen |= graphs
     return result
 

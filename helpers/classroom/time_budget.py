@@ -2,9 +2,9 @@
 what its cells run and what `neuronx-cc` compiles, on the core path and in its optional sections
 (headings "## Optional · ..."). Each notebook's introduction, notebooks/README.md, README.md and
 docs/instructor.md state these figures as this module writes them; tests/test_time_budget.py holds
-them to it, the reading counts to the notebooks, the compile counts to the graph record
-(notebooks/classroom_graphs.json, the stand-in's) where no argument in a row's comment says a
-trn1 compiles otherwise, and the per-compile range to the tutorial's log as
+them to it, the reading counts to the notebooks, the compile counts (each notebook's graph list,
+helpers/classroom/graph_list.py, which the notebook shows) to the graph record
+(notebooks/classroom_graphs.json, the stand-in's), and the per-compile range to the tutorial's log as
 docs/sources.md quotes it. tests/test_trn1_double_pass.py holds the counts the introductions
 state to the compiles the trn1 double counts.
 
@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers.classroom.graph_list import counts
 from mnist_mlp.common.compile_notice import FASTEST_COMPILE_S, SLOWEST_COMPILE_S  # the tutorial's log
 
 WORDS_PER_MIN = 150  # technical prose read to follow it: slower than everyday reading
@@ -48,30 +49,28 @@ class NotebookTime:
     optional_compiles: int = 0  # of `compiles`, those in optional sections (all archive-proof here)
 
 
+def _notebook(number: str, title: str, why_with_archive: str = "") -> NotebookTime:
+    """A notebook's row, its compile counts taken from its graph list (graph_list.GRAPHS), which
+    says what each graph is and why a trn1 compiles it: the introduction states those counts, and
+    the notebook shows the list."""
+    c = counts(number)
+    return NotebookTime(title, c.compiles, c.compiles_with_archive, why_with_archive, c.optional_compiles)
+
+
 BUDGET = {
-    "00": NotebookTime("setup", 0),
-    "01": NotebookTime("CPU training", 0),
-    "02": NotebookTime("one NeuronCore", 11),
-    "03": NotebookTime("compile cache", 5, 2, "its first-run demo compiles `train.py`'s training "
-                       "and evaluation graphs into an empty cache of its own: the first compile the lesson measures"),
-    # 04 on a trn1: 2, argued, not counted. The 2-worker step is one graph with the all-reduce
-    # inside (docs/sources.md, "On Neuron the gradient all-reduce of xm.optimizer_step is in the
-    # step's graph"), new; the replica checksum, new; the 1-worker run (world size 1: no
-    # all-reduce) and the two nodes (the 2-worker graphs) compile nothing new. The stand-in's
-    # record holds 3: its gloo average cuts the step in two (mnist_mlp/common/distributed.py),
-    # and the trn1 double's pass reports 04's count undecided (its all-reduce runs outside).
-    "04": NotebookTime("torchrun", 2),
-    # 05 on a trn1: 5, the trn1 double's count: bf16's training and evaluation graphs, bf16-master's
-    # training graph, autocast's two (its run sets --auto-cast=none, a flags hash of its own, so
-    # its graphs are new cache entries whatever their HLO); fp32's are train.py's (02), bf16-sr's
-    # are bf16's, since on Neuron its rounding is the runtime's (NEURON_RT_STOCHASTIC_ROUNDING_EN),
-    # and bf16-master evaluates with bf16's graph. The stand-in's record holds 6: it also compiles
-    # the emulated stochastic-rounding update, a graph a trn1 never builds.
-    "05": NotebookTime("BF16", 5),
-    "06": NotebookTime("inside a run", 6, 2, "Neuron Explorer's capture compiles `train.py`'s "
-                       "training and evaluation graphs with debug metadata into a cache of its own (cached NEFFs lack it)",
-                       optional_compiles=2),
-    "07": NotebookTime("when a core wins", 2),
+    "00": _notebook("00", "setup"),
+    "01": _notebook("01", "CPU training"),
+    "02": _notebook("02", "one NeuronCore"),
+    "03": _notebook("03", "compile cache", "its first-run demo compiles `train.py`'s training and "
+                    "evaluation graphs into an empty cache of its own: the first compile the lesson measures"),
+    # 04 on a trn1: argued, not counted: the trn1 double's pass reports 04's count undecided (its
+    # all-reduce runs outside the step). docs/sources.md, "On Neuron the gradient all-reduce of
+    # xm.optimizer_step is in the step's graph": graph_list lists it.
+    "04": _notebook("04", "torchrun"),
+    "05": _notebook("05", "BF16"),  # the trn1 double's count; graph_list says why each graph is new
+    "06": _notebook("06", "inside a run", "Neuron Explorer's capture compiles `train.py`'s "
+                    "training and evaluation graphs with debug metadata into a cache of its own (cached NEFFs lack it)"),
+    "07": _notebook("07", "when a core wins"),
 }
 SOLUTIONS = NotebookTime("exercise solutions", 2)  # 02's solution: its exercises' shapes the notebook did not compile
 

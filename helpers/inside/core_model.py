@@ -12,7 +12,7 @@ the two; at this MLP's crossovers the arithmetic is under a percent of the step.
 """
 from __future__ import annotations
 
-from helpers.show.cost import TUTORIAL_BATCH, load_cost_data
+from helpers.show.cost import TUTORIAL_BATCH, load_cost_data, published
 
 TUTORIAL_WIDTHS = (120, 84)
 INPUT, CLASSES = 784, 10
@@ -44,14 +44,6 @@ def parameter_count(widths=TUTORIAL_WIDTHS) -> int:
 def peak_flops(precision: str = "fp32") -> float:
     """One NeuronCore's peak FLOP/s: half a Trainium chip's."""
     return CHIP_TFLOPS[precision] * 1e12 / CORES_PER_CHIP
-
-
-def published(data: dict | None = None) -> dict[str, dict]:
-    """The tutorial's runs by stage (cpu, xla, torchrun_w1, torchrun_w2): it/s per worker, the
-    label the tutorial prints over each log, its source."""
-    data = data or load_cost_data()
-    runs = {run["stage"]: run for run in data["published_runs"]}
-    return {"cpu": data["published_cpu_it_s"], **runs}
 
 
 def published_throughputs(data: dict | None = None) -> dict[str, float]:

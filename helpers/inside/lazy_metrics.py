@@ -58,14 +58,16 @@ def _count(n, singular: str, plural: str | None = None) -> str:
 
 
 def describe(row: dict) -> str:
-    """One line in words: '1 new graph compiled (1.62 s), 0 cache hits, 1 execution, ...'."""
+    """One line in words: '1 new graph (1.62 s), 0 reused, 1 execution, ...'. A new graph is
+    UncachedCompile (compiled, or on a trn1 maybe a compile-cache hit); a reused one is
+    CachedCompile, found in this process's memory."""
     prefix = f"{row['label']}: " if row.get("label") else ""
-    compiled = _count(row["UncachedCompile"], "new graph") + " compiled"
+    new = _count(row["UncachedCompile"], "new graph")
     if row["UncachedCompile"]:
-        compiled += f" ({row['compile_time_s']:.2f} s)"
+        new += f" ({row['compile_time_s']:.2f} s)"
     return (prefix + ", ".join([
-        compiled,
-        _count(row["CachedCompile"], "cache hit"),
+        new,
+        f"{int(row['CachedCompile'])} reused",
         _count(row["ExecuteComputation"], "execution"),
         _count(row["transfers_from_device"], "transfer from the device",
                "transfers from the device"),
@@ -73,14 +75,14 @@ def describe(row: dict) -> str:
 
 
 def compiled_steps(rows: list[dict]) -> list[int]:
-    """The steps during which a new graph was compiled (UncachedCompile went up)."""
+    """The steps that met a new graph (UncachedCompile went up)."""
     return [r["step"] for r in rows if r["UncachedCompile"] > 0]
 
 
 def plot_compile_metrics(rows: list[dict], *, title: str = "What each step did",
                          xlabel: str = "step"):
-    """Per step: compiles (new graphs red, cache hits grey) and executions on top, compile
-    seconds below, so the steps that compiled stand out. Up to MAX_BARS steps as bars with
+    """Per step: graphs (new ones red, reused ones grey) and executions on top, the new graphs'
+    seconds below, so the steps that met a new graph stand out. Up to MAX_BARS steps as bars with
     every tick labelled (a row's label, else its step); more as lines, each compile marked."""
     import matplotlib.pyplot as plt
 
@@ -93,9 +95,9 @@ def plot_compile_metrics(rows: list[dict], *, title: str = "What each step did",
     if len(rows) <= MAX_BARS:
         width = 0.4
         top.bar([i - width / 2 for i in x], uncached, width,
-                color="#c44e52", label="UncachedCompile (new graph compiled)")
+                color="#c44e52", label="UncachedCompile (new graph)")
         top.bar([i - width / 2 for i in x], [r["CachedCompile"] for r in rows], width,
-                bottom=uncached, color="#b0b0b0", label="CachedCompile (graph reused)")
+                bottom=uncached, color="#b0b0b0", label="CachedCompile (reused in memory)")
         top.bar([i + width / 2 for i in x], [r["ExecuteComputation"] for r in rows], width,
                 color="#4c72b0", label="ExecuteComputation (graph ran)")
         bottom.bar(x, [r["compile_time_s"] for r in rows], color="#c44e52")
@@ -103,10 +105,10 @@ def plot_compile_metrics(rows: list[dict], *, title: str = "What each step did",
         top.plot(x, [r["ExecuteComputation"] for r in rows], color="#4c72b0", lw=1,
                  label="ExecuteComputation (graph ran)")
         top.plot(x, [r["CachedCompile"] for r in rows], color="#b0b0b0", lw=1, ls="--",
-                 label="CachedCompile (graph reused)")
+                 label="CachedCompile (reused in memory)")
         marked = [i for i in x if uncached[i]]
         top.plot(marked, [uncached[i] for i in marked], "v", color="#c44e52", ms=10,
-                 label="UncachedCompile (new graph compiled)")
+                 label="UncachedCompile (new graph)")
         for i in marked:
             top.annotate(rows[i].get("label") or f"step {rows[i]['step']}", (i, uncached[i]),
                          xytext=(0, 8),
@@ -120,7 +122,7 @@ def plot_compile_metrics(rows: list[dict], *, title: str = "What each step did",
     top.yaxis.get_major_locator().set_params(integer=True)
     top.legend(fontsize=8, loc="upper right")
     top.set_title(title)
-    bottom.set_ylabel("compile s")
+    bottom.set_ylabel("compile or load, s")
     bottom.set_xlabel(xlabel)
     labelled = any(r.get("label") for r in rows)
     if len(rows) <= MAX_BARS:  # every tick labelled while they fit

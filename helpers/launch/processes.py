@@ -120,7 +120,7 @@ def start_streamed(cmd: Sequence[str], sink: queue.Queue, tag, *,
 # ("Using a cached neff"). torch-xla's CPU client's reload complaints ("Deserializing serialized
 # executable not supported", the stand-in's cache) are counted by notebook 03, not shown. The
 # compile notice's lines stay too (mnist_mlp/common/compile_notice.py): a wait is never silent.
-SUMMARY_LINE = re.compile(r"^Backend:|Graphs compiled|Train throughput|Test accuracy|NCC_WRAPPER|"
+SUMMARY_LINE = re.compile(r"^Backend:|New graphs|Graphs compiled|Train throughput|Test accuracy|NCC_WRAPPER|"
                           r"Total (?:graphs|successful|failed)|Error|error:|"
                           r"^Compil(?:ing|ed) a graph|^Compile failed|whose compile failed before")
 STAND_IN_RELOAD = re.compile(r"[Dd]eserializ")

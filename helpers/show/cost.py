@@ -63,6 +63,29 @@ def price(instance: str = "trn1.2xlarge", data: dict | None = None) -> Price:
                    f"with its source and date")
 
 
+def published(data: dict | None = None) -> dict[str, dict]:
+    """The tutorial's runs by stage (cpu, xla, torchrun_w1, torchrun_w2): it/s per worker, the
+    label the tutorial prints over each log, its source."""
+    data = data or load_cost_data()
+    runs = {run["stage"]: run for run in data["published_runs"]}
+    return {"cpu": data["published_cpu_it_s"], **runs}
+
+
+def trn1_figure(stage: str, data: dict | None = None) -> str:
+    """The tutorial's figure for a stage, said with the instance its log names: what a notebook
+    prints beside a throughput of its own ('95 it/s, the AWS MLP tutorial's log labelled
+    trn1.32xlarge')."""
+    runs = published(data)
+    if stage not in runs:
+        raise KeyError(f"the AWS MLP tutorial logs no {stage!r} run (it logs {', '.join(runs)}): "
+                       f"a notebook says so instead of printing a figure")
+    run = runs[stage]
+    where = (f"labelled {run['instance']}" if run["instance"] != NOT_STATED
+             else "which names no instance")
+    each = " per worker" if run.get("workers", 1) > 1 else ""
+    return f"{run['throughput_it_s']:.0f} it/s{each}, the AWS MLP tutorial's log {where}"
+
+
 def steps_per_epoch(workers: int, batch_size: int = TUTORIAL_BATCH) -> int:
     """Steps each worker takes per epoch (each worker sees its 1/workers of the set; the last
     short batch is dropped on XLA)."""

@@ -56,7 +56,7 @@ def parse_args(description: str, argv=None, *, device_loader: bool = False,
     p.add_argument("--steps-this-run", type=_positive_int, default=None, metavar="N",
                    help="stop after N training steps (neuron_parallel_compile trials, CI)")
     p.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
-                   help="write per-step loss, throughput (and graphs compiled on XLA) for "
+                   help="write per-step loss, throughput (and new graphs on XLA) for "
                         "TensorBoard into DIR (rank 0 under torchrun)")
     if profile:
         p.add_argument("--profile", type=Path, default=None, metavar="DIR",

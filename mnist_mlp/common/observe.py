@@ -9,7 +9,7 @@ from pathlib import Path
 # TensorBoard tags the scripts write (notebook 06 reads them).
 LOSS_TAG = "train/loss"  # every LOSS_EVERY steps: the tracker's step-closure reads
 THROUGHPUT_TAG = "train/throughput_it_s"  # per step, host clock: 1 / time since the previous step
-GRAPHS_TAG = "xla/graphs_compiled"  # per step, XLA stages: graphs compiled so far in this process
+GRAPHS_TAG = "xla/new_graphs"  # per step, XLA stages: new graphs so far in this process (UncachedCompile)
 STEP_TRACE_NAME = "train_step"  # the profiler's name for one step (xp.StepTrace)
 PROFILE_START_STEP = 3  # the first traced step: after the warm-up steps, which compile
 

@@ -98,13 +98,14 @@ def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_load
     over all 10,000 test images and the results record. write=False on ranks other than 0:
     they stop after the end line (the replicas are equal, so rank 0's accuracy is everyone's).
 
-    On XLA it first prints the compile counters (`Graphs compiled: N (compile time X s)`, every
-    rank) and records them; --device-loader and --precision go into the record when given."""
+    On XLA it first prints the new graphs (`New graphs: N (compiled or loaded from the cache in
+    X s)`, every rank: torch-xla's UncachedCompile and CompileTime, which count a compile-cache hit
+    as well as a neuronx-cc compile) and records them; --device-loader and --precision go into the record when given."""
     if backend.uses_xla:
         from mnist_mlp.common.xla_metrics import compile_stats
 
         graphs, seconds = compile_stats()
-        print(f"Graphs compiled: {graphs} (compile time {seconds:.2f} s)")
+        print(f"New graphs: {graphs} (compiled or loaded from the cache in {seconds:.2f} s)")
         extra = dict(graphs_compiled=graphs, compile_time_s=seconds, **extra)
     for flag in ("device_loader", "precision"):  # None: a flag this stage does not take
         if vars(args).get(flag) is not None:

@@ -101,7 +101,7 @@ class StepTracker:
         check_finite(value, f"the loss at step {step}")
         if self.progress and (step == 1 or step % self._progress_every == 0):
             total = f"/{self.total_steps}" if self.total_steps else ""
-            note = " (the first step compiles the graphs on XLA)" if step == 1 and self.xla else ""
+            note = " (the first step's new graphs: compiled or loaded from the cache)" if step == 1 and self.xla else ""
             print(f"step {step}{total}: loss {value:.4f}{note}", flush=True)
 
     def stop(self) -> None:

@@ -1,4 +1,4 @@
-"""PyTorch/XLA's compile counters, read in-process (graphs compiled, compile time, transfers).
+"""PyTorch/XLA's compile counters, read in-process (new graphs, their compile time, transfers).
 
 torch_xla is imported inside the function, so importing this module cannot start the XLA
 runtime before select_backend() has chosen the device."""
@@ -30,7 +30,8 @@ def read_compile_metrics() -> dict[str, float]:
 
 
 def compile_stats() -> tuple[int, float]:
-    """(graphs compiled, seconds spent compiling) so far in this process."""
+    """(new graphs, seconds spent compiling them or loading them from the cache) so far in this
+    process."""
     totals = read_compile_metrics()
     return int(totals["UncachedCompile"]), totals["compile_time_s"]
 

@@ -9,7 +9,7 @@ from helpers.checks.exercises.bf16_rounding import (  # noqa: F401
 )
 from helpers.checks.exercises.compile_cache import CACHE_KEY_ANSWERS, check_cache_dir_flag, check_cache_key  # noqa: F401
 from helpers.checks.exercises.data_parallel import check_distributed_sampler, check_torchrun_standalone  # noqa: F401
-from helpers.checks.exercises.feedback import NOT_YET, RIGHT, WRONG, Feedback  # noqa: F401
+from helpers.checks.exercises.feedback import HINT_LATER, NOT_YET, RIGHT, WRONG, Feedback  # noqa: F401
 from helpers.checks.exercises.inside_and_payoff import (  # noqa: F401
     check_compile_counters,
     check_core_wins_from,

@@ -10,7 +10,7 @@ from mnist_mlp.common.neuron_cc_flags import ENV_VAR, FlagsError, get_flag
 CACHE_KEY_ANSWERS = {
     "batch size 32 -> 64": (True, "the input shape is part of the graph (f32[64,784])"),
     "learning rate 0.01 -> 0.02": (False, "the learning rate reaches the graph as a scalar input, "
-                                   "not baked in (notebook 03: the step at 0.05 compiled nothing)"),
+                                   "not baked in (notebook 03: the step at 0.05 met no new graph)"),
     "4 epochs -> 1 epoch": (False, "the step graph is the same; only how often it runs changes"),
     "seed 0 -> 1": (False, "the seed changes the weights' values, which are inputs, not the graph"),
     "NEURON_CC_FLAGS gains --model-type=transformer": (True, "compiler flags are part of the key"),

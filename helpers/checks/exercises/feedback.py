@@ -1,9 +1,11 @@
 """What every exercise check returns: Feedback, and the helpers the checks share.
 
 Each check measures the truth itself (a real loader, real compile counts, real BF16 arithmetic)
-and returns Feedback: "Not yet" with a hint while the exercise is untouched (the committed
-state), "Not quite" with a hint when the answer is wrong, "Correct" with why. A check never
-raises on a learner's answer, so an unfinished exercise never stops Run All.
+and returns Feedback: "Not yet" while the exercise is untouched (the committed state), "Not
+quite" with a hint when the answer is wrong, "Correct" with why. An untouched exercise shows no
+hint: the text says one comes after a first answer, the HTML keeps it folded in a closed
+<details> (the website's reader opens it on purpose). A check never raises on a learner's
+answer, so an unfinished exercise never stops Run All.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 NOT_YET, WRONG, RIGHT = "Not yet", "Not quite", "Correct"
+HINT_LATER = "A hint appears after your first answer."
 _COLOURS = {NOT_YET: "#57606a", WRONG: "#9a6700", RIGHT: "#1a7f37"}
 
 
@@ -28,14 +31,20 @@ class Feedback:
 
     def __str__(self) -> str:
         text = f"{self.exercise} - {self.verdict}: {self.message}"
-        return text + (f"\nHint: {self.hint}" if self.hint and not self.ok else "")
+        if self.hint and self.verdict == WRONG:
+            return f"{text}\nHint: {self.hint}"
+        return text + (f"\n{HINT_LATER}" if self.hint and self.verdict == NOT_YET else "")
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
         colour = _COLOURS[self.verdict]
-        hint = (f"<div><b>Hint:</b> {html.escape(self.hint)}</div>"
-                if self.hint and not self.ok else "")
+        hint = ""
+        if self.hint and self.verdict == WRONG:
+            hint = f"<div><b>Hint:</b> {html.escape(self.hint)}</div>"
+        elif self.hint and self.verdict == NOT_YET:  # folded: seen only by a reader who opens it
+            hint = (f"<details><summary>{HINT_LATER}</summary>{html.escape(self.hint)}"
+                    "</details>")
         return (f'<div style="border-left:6px solid {colour};padding:4px 10px">'
                 f'<b>{html.escape(self.exercise)}</b> · <b style="color:{colour}">{self.verdict}</b>: '
                 f'{html.escape(self.message)}{hint}</div>')

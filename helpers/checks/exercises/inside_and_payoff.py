@@ -8,7 +8,7 @@ from helpers.checks.exercises.feedback import NOT_YET, RIGHT, WRONG, Feedback, j
 
 
 def check_compile_counters(compiles, compile_seconds) -> Feedback:
-    """06, exercise 1: the graphs this process compiled and their total compile time, read from
+    """06, exercise 1: the new graphs of this process and their total time, read from
     torch_xla.debug.metrics' CompileTime metric (samples, total nanoseconds)."""
     import torch_xla.debug.metrics as met
 
@@ -16,15 +16,15 @@ def check_compile_counters(compiles, compile_seconds) -> Feedback:
     data = met.metric_data("CompileTime")
     samples, total_s = (data[0], data[1] / 1e9) if data else (0, 0.0)
     hint = ("met.metric_data('CompileTime') returns (number of samples, total in nanoseconds, "
-            "...): one sample per graph compiled.")
+            "...): one sample per new graph.")
     count, seconds = number(compiles), number(compile_seconds)
     if count is None or seconds is None:
         return Feedback(name, NOT_YET, "set compiles and compile_seconds, then run this cell.", hint)
     if count == samples and abs(seconds - total_s) <= max(0.01, 0.02 * total_s):
-        return Feedback(name, RIGHT, f"{samples} graphs, {total_s:.2f} s of compiling in this "
-                        "process. On a trn1 each of those graphs was a neuronx-cc run, or a "
-                        "compile-cache hit.")
-    return Feedback(name, WRONG, f"you said {compiles} graphs and {compile_seconds} s.", hint)
+        return Feedback(name, RIGHT, f"{samples} new graphs, {total_s:.2f} s to compile or load them "
+                        "in this process. On a trn1 each was a compile (a neuronx-cc run) or a "
+                        "cache hit.")
+    return Feedback(name, WRONG, f"you said {compiles} new graphs and {compile_seconds} s.", hint)
 
 
 def check_logged_scalars(logdir, tag: str, values: list[float]) -> Feedback:

@@ -44,51 +44,51 @@ def check_memorised_one_batch(final_loss: float, lr) -> Feedback:
 
 
 
-def _compiled_labels(rows) -> list[str]:
+def _new_graph_labels(rows) -> list[str]:
     return [row["label"] for row in rows if row.get("UncachedCompile", 0) > 0]
 
 
 def check_graph_count(predicted, rows) -> Feedback:
-    """02, exercise 1: how many new graphs the recorded steps compiled (CompileMetricsRecorder rows)."""
+    """02, exercise 1: how many new graphs the recorded steps met (CompileMetricsRecorder rows)."""
     name = "Exercise 02.1 (predict the graph count)"
-    compiled = _compiled_labels(rows)
-    hint = ("a graph is compiled once per new input shape; a shape this kernel has compiled "
-            "before (earlier in the notebook) costs nothing.")
+    compiled = _new_graph_labels(rows)
+    hint = ("each new input shape is a new graph, once per process; a shape this kernel has "
+            "run before (earlier in the notebook) is reused.")
     guess = number(predicted)
     if guess is None:
         return Feedback(name, NOT_YET, "set predicted_graphs to your prediction, then run the cell.",
                         hint)
     where = ", ".join(compiled) if compiled else "none"
-    if not compiled and guess != 0:  # the cell ran before: its shapes are compiled in this kernel
-        return Feedback(name, NOT_YET, "no step compiled: this cell already ran in this kernel, so "
-                        "its shapes are compiled. Restart the kernel and run all cells to measure "
-                        "afresh.", hint)
+    if not compiled and guess != 0:  # the cell ran before: its shapes are not new in this kernel
+        return Feedback(name, NOT_YET, "no step met a new graph: this cell already ran in this "
+                        "kernel, so its shapes are not new. Restart the kernel and run all cells "
+                        "to measure afresh.", hint)
     if guess == len(compiled):
         return Feedback(name, RIGHT, f"{len(compiled)} new graph(s), at: {where}. Every other "
-                        "step reused a graph already compiled in this kernel.")
-    return Feedback(name, WRONG, f"you said {predicted}; the steps that compiled were: {where}.",
+                        "step reused a graph this kernel had already met.")
+    return Feedback(name, WRONG, f"you said {predicted}; the steps with a new graph were: {where}.",
                     hint)
 
 
-SETTLED_AFTER = 2  # steps a fixed-shape loop may still compile in (its first values are constants)
+SETTLED_AFTER = 2  # steps a fixed-shape loop may still meet a new graph in (its first values are constants)
 
 
 def check_recompile_trigger(rows) -> Feedback:
-    """02, exercise 2: once the loop has settled (from step SETTLED_AFTER on), no step compiles."""
+    """02, exercise 2: once the loop has settled (from step SETTLED_AFTER on), no step meets a new graph."""
     name = "Exercise 02.2 (find the recompile trigger)"
     if len(rows) <= SETTLED_AFTER:
         return Feedback(name, NOT_YET, f"run the loop above first: it should record more than "
                         f"{SETTLED_AFTER} steps.")
-    compiled = _compiled_labels(rows)
-    settled = _compiled_labels(rows[SETTLED_AFTER:])
+    compiled = _new_graph_labels(rows)
+    settled = _new_graph_labels(rows[SETTLED_AFTER:])
     if settled:
         verdict = NOT_YET if len(compiled) == len(rows) else WRONG
-        return Feedback(name, verdict, f"{len(compiled)} of {len(rows)} steps compiled a new graph "
+        return Feedback(name, verdict, f"{len(compiled)} of {len(rows)} steps met a new graph "
                         f"({', '.join(compiled)}).",
                         "print the shape of every tensor the loop keeps from step to step. Which "
                         "one grows? Keep one value of fixed shape instead, updated at each step "
                         "(a running sum, or an exponential mean).")
     return Feedback(name, RIGHT, f"from step {SETTLED_AFTER} on every step reuses one graph: what "
                     "the loop keeps on the device has the same shape at every step. (The first "
-                    "steps may still compile: a tensor that starts as a constant, e.g. zeros, "
+                    "steps may still meet new graphs: a tensor that starts as a constant, e.g. zeros, "
                     "becomes device data after the first sync.)")
