@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 NOT_YET, WRONG, RIGHT = "Not yet", "Not quite", "Correct"
 HINT_LATER = "A hint appears after your first answer."
+HINT_FOLDED = "Hint, for after a first try (click to open)"
 _COLOURS = {NOT_YET: "#57606a", WRONG: "#9a6700", RIGHT: "#1a7f37"}
 
 
@@ -43,7 +44,7 @@ class Feedback:
         if self.hint and self.verdict == WRONG:
             hint = f"<div><b>Hint:</b> {html.escape(self.hint)}</div>"
         elif self.hint and self.verdict == NOT_YET:  # folded: seen only by a reader who opens it
-            hint = (f"<details><summary>{HINT_LATER}</summary>{html.escape(self.hint)}"
+            hint = (f"<details><summary>{HINT_FOLDED}</summary>{html.escape(self.hint)}"
                     "</details>")
         return (f'<div style="border-left:6px solid {colour};padding:4px 10px">'
                 f'<b>{html.escape(self.exercise)}</b> · <b style="color:{colour}">{self.verdict}</b>: '
