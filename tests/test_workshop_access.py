@@ -17,11 +17,13 @@ tests/test_workshop_stack_mutants.py runs them on templates with a path from one
 seeded in, and shows each one caught."""
 from __future__ import annotations
 
+import copy
 import functools
+import re
 
 import pytest
 
-from deploy.template import load
+from deploy.template import LABS_LOOP, load
 from tests.cfn_expand import ACCOUNT, PARTITION, REGION, STACK, Stack, role_policies
 from tests.iam_policy import Request, actions_granted, allows, decide
 
@@ -630,3 +632,51 @@ def test_the_checklists_policy_files_are_the_expanded_policies(tmp_path):
     stack = expand(2, ClassroomCacheUrl=CACHE)
     assert json.loads((tmp_path / "Learner02Role.own-lab-only.json").read_text()) == policies(
         stack, "Learner02Role")[0]
+
+
+# The pre-class checklist's step in lab 01's terminal (docs/workshop-stack.md): the calls it names
+# before "refused" must be refused to lab 01's role at home, the calls after it allowed. The step
+# once promised that lab 01's own token is refused, which stopped being true when the lab came to
+# read it (issue 54); an instructor would take the stack for broken, or learn to shrug at a step.
+LAB_TERMINAL_STEP = re.compile(r"In lab 01's JupyterLab terminal:(.*?)Then copy", re.DOTALL)
+SSM_PARAMETER_CALL = re.compile(r"`aws ssm (get-parameter|put-parameter) --name /([^/`\s]+)/lab(\d\d)/jupyter-token")
+CLI_ACTIONS = {"get-parameter": "ssm:GetParameter", "put-parameter": "ssm:PutParameter"}
+
+
+def check_the_checklists_lab_terminal_step(step: str, stack: Stack) -> None:
+    step = " ".join(step.split())  # the page wraps commands across lines
+    refused, said, rest = step.partition(" refused")
+    assert said, f"the step names nothing refused: {step!r}"
+    lab = policies(stack, "Lab01Role")
+    for part, expected in ((refused, False), (rest, True)):
+        calls = SSM_PARAMETER_CALL.findall(part)
+        assert calls or not expected, f"the step names no call {'allowed' if expected else 'refused'}"
+        for command, stack_name, seat in calls:
+            assert stack_name == STACK, stack_name
+            request = Request(CLI_ACTIONS[command], token(seat), lab_caller(stack, "01"))
+            assert allowed(stack, lab, request) == expected, (
+                f"the checklist says `aws ssm {command}` of lab {seat}'s token from lab 01 is "
+                f"{'allowed' if expected else 'refused'}; the lab role decides otherwise")
+
+
+def test_the_checklists_lab_terminal_step_is_what_the_lab_role_decides():
+    from deploy.template import TEMPLATE
+
+    page = (TEMPLATE.parent.parent / "docs" / "workshop-stack.md").read_text()
+    (step,) = LAB_TERMINAL_STEP.findall(page)
+    stack = expand(2)
+    check_the_checklists_lab_terminal_step(step, stack)
+    # Seeded: the step as issue 54 left it (lab 01's own token among the refusals) fails, and so
+    # does the page against a lab role that no longer reads its own token.
+    stale = (" `aws ssm get-parameter --name /trn-class/lab01/jupyter-token` and `aws ssm put-parameter"
+             " --name /trn-class/lab02/jupyter-token --type String --overwrite --value x` are both refused. ")
+    with pytest.raises(AssertionError, match="lab 01's token from lab 01 is refused"):
+        check_the_checklists_lab_terminal_step(stale, stack)
+    mutated = copy.deepcopy(template())
+    fragment = mutated["Resources"][LABS_LOOP][2]
+    (publish,) = [p for p in fragment["Lab${Seat}Role"]["Properties"]["Policies"]
+                  if isinstance(p, dict) and p.get("PolicyName") == "publish-own-token"]
+    publish["PolicyDocument"]["Statement"][0]["Action"] = ["ssm:PutParameter"]
+    write_only = Stack(mutated, stack.parameters)
+    with pytest.raises(AssertionError, match="lab 01's token from lab 01 is allowed"):
+        check_the_checklists_lab_terminal_step(step, write_only)
