@@ -23,8 +23,8 @@ from helpers.cache.plans import (
     plan_remove_failed,
     plan_remove_other_versions,
 )
-from helpers.cache.render import human_bytes, iso_time
 from helpers.cache.scan import scan_cache
+from helpers.cache.units import human_bytes, iso_time
 from mnist_mlp.common.platform_paths import PLATFORM_ROOT_ENV
 from tests.cache_trees import CUR_DIR, CURRENT, LEGACY_DIR, LINKED, OLD, OLD_DIR
 from tests.proc_trees import fake_process

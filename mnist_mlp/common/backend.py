@@ -141,8 +141,18 @@ def device_core_counts(sysfs: Path | None = None, dev_dir: Path | None = None) -
                 continue
     if counts:
         return counts
-    devices = [p for p in dev_dir.glob("neuron[0-9]*") if re.fullmatch(r"neuron\d+", p.name)]
-    return [2] * len(devices)
+    return [2] * len(neuron_device_nodes(dev_dir))
+
+
+def neuron_device_nodes(dev_dir: Path | None = None) -> list[Path]:
+    """The Neuron device nodes (/dev/neuron0, neuron1, ...) of `dev_dir` (default: this
+    machine's /dev), sorted; none when the directory cannot be read. The one reader of "is there
+    a Neuron device": helpers.setup.environment_checks.has_neuron_device asks it too."""
+    dev_dir = platform_dev_dir() if dev_dir is None else Path(dev_dir)
+    try:
+        return sorted(p for p in dev_dir.iterdir() if re.fullmatch(r"neuron\d+", p.name))
+    except OSError:
+        return []
 
 
 def logical_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | None = None) -> int:
