@@ -40,7 +40,7 @@ def fake_compiler(tmp_path, monkeypatch):
     platform root of this test's own (set here and inherited): no other test's cache tool sees it."""
     monkeypatch.setenv(PLATFORM_ROOT_ENV, str(tmp_path / "platform"))
     proc = subprocess.Popen(["bash", "-c", "exec -a neuronx-cc sleep 60"])
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a guard: the loop ends when /proc shows it
     while not any(pid == proc.pid for pid, _ in compiler_processes()):
         assert time.monotonic() < deadline, "the stand-in compiler process never showed in /proc"
         time.sleep(0.05)

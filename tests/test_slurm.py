@@ -61,7 +61,7 @@ def wait_for(find, what, timeout=PROCESS_TIMEOUT_S, interval=0.02):
 def assert_nothing_left(cluster, job_id):
     """No process of the job is left (its scripts, srun, torchrun, workers): Slurm's stepd may
     take a moment to reap them after the job's end."""
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # a guard: the loop ends once they are gone
     while (left := cluster.job_processes(job_id)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"left running: {[p.pid for p in left]}"

@@ -99,7 +99,7 @@ def test_a_port_in_use_fails_with_tensorboards_own_words(tmp_path):
     assert elapsed < 50, f"{elapsed:.0f} s: stalled on a request to the port's silent holder"
 
 
-def _gone(pid: int, timeout: float = 20.0) -> bool:
+def _gone(pid: int, timeout: float = 60.0) -> bool:  # a guard: it returns when the pid goes
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
