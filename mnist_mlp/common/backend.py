@@ -166,22 +166,24 @@ def logical_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | No
 
 def visible_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | None = None) -> int:
     """Logical NeuronCores this process's runtime reserves, as the runtime's variables give them:
-    NEURON_RT_VISIBLE_CORES (the cores named, of the machine's), else NEURON_RT_NUM_CORES (that
-    many, 0 meaning all), else one for a torchrun worker (torch-xla gives it its LOCAL_RANK,
-    torch-neuronx's set-up one free core: docs/sources.md), else the machine's (the runtime's
-    default)."""
+    one for a torchrun worker (not under SPMD: the set-up at `import torch_xla` gives it its
+    LOCAL_RANK's core, or that core of an inherited list: docs/sources.md, "How torch-neuronx
+    2.9 sets up a process's cores"), else NEURON_RT_VISIBLE_CORES (the cores named, of the
+    machine's), else NEURON_RT_NUM_CORES (that many, 0 meaning all), else the machine's (the
+    runtime's default)."""
     env = os.environ if env is None else env
     total = logical_neuron_cores(env, sysfs, dev_dir)
     spec = env.get("NEURON_RT_VISIBLE_CORES")
     if total == 0:
         return total
+    # torchrun's worker (torch.distributed.is_torchelastic_launched)
+    if env.get("TORCHELASTIC_RUN_ID") and env.get("XLA_USE_SPMD", "0") != "1":
+        return 1
     if spec:
         return len([c for c in parse_core_list(spec) if c < total])
     count = env.get("NEURON_RT_NUM_CORES", "").strip()
     if count.isdigit() and int(count) > 0:
         return min(int(count), total)
-    if env.get("TORCHELASTIC_RUN_ID"):  # torchrun's worker (torch.distributed.is_torchelastic_launched)
-        return 1
     return total
 
 
