@@ -1,4 +1,6 @@
 """The trn1 double's own rules, each against a real process (tests/trn1_double)."""
+import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -376,3 +378,42 @@ def test_the_pass_judges_graphs_compiled_utilization_and_the_explorer_summary_ag
     judge_run_lines(wrong, [e for e in events if not e.get("debug") and e.get("cores") != [1]])
     assert [line.split(":")[0] for line in wrong.wrong_platform_lines] == [
         "'Graphs compiled", "utilization series [0, 1]", "Explorer summary (5 file(s) in /tmp/x/neuron-explorer)"]
+
+
+def set_up_module():
+    """The double's torch_neuronx/xla.py alone: its package's __init__ imports torch_xla, whose
+    import on the instance would start the double's runtime in this test process."""
+    path = REPO_ROOT / "tests/trn1_double/torch_neuronx/xla.py"
+    spec = importlib.util.spec_from_file_location("trn1_double_torch_neuronx_xla", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("env, visible", [
+    ({}, None),  # a plain process: no core variable, its runtime takes every core
+    ({"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "1"),
+    ({"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "NEURON_RT_VISIBLE_CORES": "0-1"}, "1"),
+    ({"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NEURON_RT_VISIBLE_CORES": "1"}, "1"),
+    ({"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "0", "XLA_USE_SPMD": "1", "NEURON_RT_VISIBLE_CORES": "0-1"}, "0-1"),
+])
+def test_the_set_up_gives_each_process_its_cores_as_torch_xla_2_9_does(rules, monkeypatch, env, visible):
+    xla = set_up_module()
+    for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "XLA_USE_SPMD",
+                 "NEURON_RT_VISIBLE_CORES", "NEURON_PJRT_WORLD_SIZE", "NEURON_PJRT_PROCESSES_NUM_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    xla.configure_pjrt_environment()
+    assert os.environ.get("NEURON_RT_VISIBLE_CORES") == visible
+
+
+def test_an_inherited_range_not_one_core_per_worker_stops_the_set_up(rules, monkeypatch):
+    xla = set_up_module()
+
+    monkeypatch.delenv("XLA_USE_SPMD", raising=False)
+    for name, value in {"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                        "NEURON_RT_VISIBLE_CORES": "0-1"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=r"value of 1 is not equal to count 2 from NEURON_RT_VISIBLE_CORES \[0, 1\]"):
+        xla.configure_pjrt_environment()
