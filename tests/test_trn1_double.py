@@ -382,11 +382,19 @@ def test_the_pass_judges_graphs_compiled_utilization_and_the_explorer_summary_ag
 
 def set_up_module():
     """The double's torch_neuronx/xla.py alone: its package's __init__ imports torch_xla, whose
-    import on the instance would start the double's runtime in this test process."""
+    import on the instance would start the double's runtime in this test process. The double's
+    libneuronxla it imports is dropped again: left loaded, a later `import torch_xla` in this
+    process would take it for a Neuron host."""
     path = REPO_ROOT / "tests/trn1_double/torch_neuronx/xla.py"
     spec = importlib.util.spec_from_file_location("trn1_double_torch_neuronx_xla", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    loaded = set(sys.modules)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        for name in set(sys.modules) - loaded:
+            if name.startswith("libneuronxla"):
+                del sys.modules[name]
     return module
 
 
