@@ -58,7 +58,8 @@ def main(argv=None):
     if error := deprecated_bf16_env_error():
         raise cli.UsageError(error)
     print(backend.summary())
-    # Read by the Neuron runtime and compiler when they start: set before the device is opened.
+    # Read by the Neuron runtime (the env-vars page tags it [Neuron Runtime]), not the compiler,
+    # when it starts: set before the device is opened.
     os.environ["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if args.precision == "bf16-sr" else "0"
     if args.precision == "autocast":  # torch.autocast alone decides: NEURON_CC_FLAGS gets --auto-cast=none
         set_auto_cast_none()

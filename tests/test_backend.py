@@ -72,7 +72,9 @@ def test_visible_cores_respect_neuron_rt_visible_cores(tmp_path):
     assert visible_neuron_cores({"NEURON_RT_NUM_CORES": "0"}, sysfs, nodev) == 4
     assert visible_neuron_cores({"NEURON_RT_NUM_CORES": "9"}, sysfs, nodev) == 4
     assert visible_neuron_cores({"TORCHELASTIC_RUN_ID": "x", "LOCAL_RANK": "1"}, sysfs, nodev) == 1
-    assert visible_neuron_cores({"TORCHELASTIC_RUN_ID": "x", "NEURON_RT_VISIBLE_CORES": "0-1"}, sysfs, nodev) == 2
+    # a torchrun worker that inherited a range: the set-up remaps it to its LOCAL_RANK's core
+    assert visible_neuron_cores({"TORCHELASTIC_RUN_ID": "x", "NEURON_RT_VISIBLE_CORES": "0-3"}, sysfs, nodev) == 1
+    assert visible_neuron_cores({"TORCHELASTIC_RUN_ID": "x", "XLA_USE_SPMD": "1"}, sysfs, nodev) == 4
     with pytest.raises(ValueError, match="not '0,2'"):
         visible_neuron_cores({"NEURON_RT_VISIBLE_CORES": "0,2"}, sysfs, nodev)
 

@@ -23,8 +23,8 @@ from helpers.cache.plans import (
     plan_remove_failed,
     plan_remove_other_versions,
 )
-from helpers.cache.render import human_bytes, iso_time
 from helpers.cache.scan import scan_cache
+from helpers.cache.units import human_bytes, iso_time
 from mnist_mlp.common.platform_paths import PLATFORM_ROOT_ENV
 from tests.cache_trees import CUR_DIR, CURRENT, LEGACY_DIR, LINKED, OLD, OLD_DIR
 from tests.proc_trees import fake_process
@@ -40,7 +40,7 @@ def fake_compiler(tmp_path, monkeypatch):
     platform root of this test's own (set here and inherited): no other test's cache tool sees it."""
     monkeypatch.setenv(PLATFORM_ROOT_ENV, str(tmp_path / "platform"))
     proc = subprocess.Popen(["bash", "-c", "exec -a neuronx-cc sleep 60"])
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a guard: the loop ends when /proc shows it
     while not any(pid == proc.pid for pid, _ in compiler_processes()):
         assert time.monotonic() < deadline, "the stand-in compiler process never showed in /proc"
         time.sleep(0.05)

@@ -19,8 +19,9 @@ from helpers.cache.plans import (
     plan_remove_failed,
     plan_remove_other_versions,
 )
-from helpers.cache.render import human_bytes, parse_size, render_entry, short_time
+from helpers.cache.render import render_entry
 from helpers.cache.scan import LOG_TAIL_LINES, NEFF_HEADER, neff_kind, scan_cache
+from helpers.cache.units import human_bytes, parse_size, short_time
 from tests.cache_trees import (
     ALL_STATES,
     CUR_DIR,

@@ -41,7 +41,7 @@ def board(logdir):
     pid = tb.proc.pid
     tb.stop()
     tb.stop()  # a second stop does nothing
-    assert _gone(pid, timeout=10)
+    assert _gone(pid)  # a guard of 60 s: it returns once the pid is gone
 
 
 def test_listens_on_loopback_only(board):
@@ -99,7 +99,7 @@ def test_a_port_in_use_fails_with_tensorboards_own_words(tmp_path):
     assert elapsed < 50, f"{elapsed:.0f} s: stalled on a request to the port's silent holder"
 
 
-def _gone(pid: int, timeout: float = 20.0) -> bool:
+def _gone(pid: int, timeout: float = 60.0) -> bool:  # a guard: it returns when the pid goes
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -1,4 +1,7 @@
 """The trn1 double's own rules, each against a real process (tests/trn1_double)."""
+import importlib.util
+import os
+import re
 import subprocess
 import sys
 
@@ -25,14 +28,18 @@ LATE = ("import os, sys, torch, torch_xla\n"  # imported first: torch-neuronx's 
         "d = b.device; print(b.name, flush=True); sys.stdin.read()")
 
 
+PLAIN = ("from mnist_mlp.common.backend import select_backend\n"
+         "b = select_backend(); print(b.summary(), flush=True); d = b.device")
+
+
 @pytest.mark.e2e
 def test_a_held_core_refuses_the_next_process_with_the_runtime_line(tmp_path):
     """The runtime's variables are read at torch-neuronx's set-up, during `import torch_xla`
     (the earliest point a source allows): a process that imported torch_xla before choosing its
-    cores asks for every core (the set-up acts for PJRT_DEVICE=NEURON only, unset then), is refused
-    the held one with the runtime's line, and the journal shows the value set too late. A process
-    naming no cores, in the workbook's order, gets one free core (the set-up's
-    NEURON_RT_NUM_CORES=1)."""
+    cores asks for every core, is refused the held one with the runtime's line, and the journal
+    shows the value set too late. A plain script naming no cores gets no core variable from the
+    set-up (torch-xla 2.9's `_internal/neuron.py`, which the double follows for torch-neuronx
+    2.9: docs/sources.md): it sees both cores, asks for both, and is refused with the same line."""
     env = instance_env(tmp_path)
     holder = python(HOLD, {**env, "NEURON_RT_VISIBLE_CORES": "0"})
     try:
@@ -40,18 +47,51 @@ def test_a_held_core_refuses_the_next_process_with_the_runtime_line(tmp_path):
         late = python(LATE, env)
         _, err = late.communicate("", timeout=GUARD_S)
         assert late.returncode != 0
-        assert ("ERROR NRT:nrt_allocate_neuron_cores NeuronCore(s) not available - "
-                "Requested:nc0-nc1 Available:1") in err
-        other = python(HOLD, env)  # no variable: one free core, core 1
-        assert other.stdout.readline().strip() == "neuron"
-        other.communicate("", timeout=GUARD_S)
+        refused = ("ERROR NRT:nrt_allocate_neuron_cores NeuronCore(s) not available - "
+                   "Requested:nc0-nc1 Available:1")
+        assert refused in err
+        plain = python(PLAIN, env)
+        out, err = plain.communicate("", timeout=GUARD_S)
+        assert "| NeuronCores visible: 2 |" in out and plain.returncode != 0 and refused in err, out + err
     finally:
         holder.communicate("", timeout=GUARD_S)
-    events = [(e["event"], e.get("cores"), e["read"], e.get("set_after_read")) for e in journal(tmp_path)]
+    events = [(e["event"], e.get("cores"), e["read"], e.get("set_after_read"), e.get("set_up_set"))
+              for e in journal(tmp_path)]
     assert events == [
-        ("reserved", [0], {"NEURON_RT_VISIBLE_CORES": "0", "NEURON_RT_NUM_CORES": "1"}, None),
-        ("refused", [0, 1], {}, {"NEURON_RT_VISIBLE_CORES": "1"}),
-        ("reserved", [1], {"NEURON_RT_NUM_CORES": "1"}, None)]
+        ("reserved", [0], {"NEURON_RT_VISIBLE_CORES": "0"}, None, None),
+        ("refused", [0, 1], {}, {"NEURON_RT_VISIBLE_CORES": "1"}, None),
+        ("refused", [0, 1], {}, None, None)]
+
+
+TORCHRUN_WORKER = ("import os\n"
+                   "from mnist_mlp.common.backend import select_backend\n"
+                   "b = select_backend(); d = b.device\n"
+                   "print(os.environ['LOCAL_RANK'], os.environ['NEURON_RT_VISIBLE_CORES'], b.summary(), flush=True)\n")
+
+
+@pytest.mark.e2e
+def test_torchrun_workers_under_an_inherited_range_each_take_their_local_ranks_core(tmp_path):
+    """torchrun --nproc_per_node=2 started where NEURON_RT_VISIBLE_CORES=0-1 is set (a shell
+    that exported it, or a kernel that took both): torch-neuronx 2.9's set-up, as torch-xla 2.9's
+    `_internal/neuron.py` does it, remaps the range to each worker's LOCAL_RANK-th core and warns
+    so; each worker sees one core and reserves its own, and neither is refused."""
+    script = tmp_path / "worker.py"
+    script.write_text(TORCHRUN_WORKER)
+    env = {**instance_env(tmp_path), "NEURON_RT_VISIBLE_CORES": "0-1"}
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          "--master_port=0", str(script)], env=env, cwd=REPO_ROOT, text=True,
+                         capture_output=True, timeout=GUARD_S)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    for rank in (0, 1):
+        assert (f"Remapping NEURON_RT_VISIBLE_CORES [0, 1] to "
+                f"NEURON_RT_VISIBLE_CORES[LOCAL_RANK]={rank}") in run.stderr
+    seen = sorted(line.split(" ", 2) for line in run.stdout.splitlines() if line[:2] in ("0 ", "1 "))
+    assert [(rank, cores) for rank, cores, _ in seen] == [("0", "0"), ("1", "1")], run.stdout
+    assert all("| NeuronCores visible: 1 |" in summary for _, _, summary in seen), seen
+    reserved = sorted((e["cores"], e["read"], e.get("set_up_set")) for e in journal(tmp_path)
+                      if e["event"] in ("reserved", "refused"))
+    assert reserved == [([0], {"NEURON_RT_VISIBLE_CORES": "0"}, ["NEURON_RT_VISIBLE_CORES"]),
+                        ([1], {"NEURON_RT_VISIBLE_CORES": "1"}, ["NEURON_RT_VISIBLE_CORES"])]
 
 
 @pytest.fixture
@@ -234,7 +274,7 @@ def test_the_pass_judges_each_platform_line_against_the_journal():
     events = [{"event": "reserved", "pid": 10, "argv0": "ipykernel_launcher.py", "cores": [0, 1]},
               {"event": "reserved", "pid": 11, "argv0": "train.py", "cores": [1]},
               {"event": "reserved", "pid": 12, "argv0": "train_torchrun.py", "cores": [0],
-               "read": {"NEURON_RT_NUM_CORES": "1"}, "set_after_read": {"NEURON_RT_VISIBLE_CORES": "1"}}]
+               "read": {"NEURON_RT_VISIBLE_CORES": "0"}, "set_after_read": {"NEURON_RT_VISIBLE_CORES": "1"}}]
     wrong = NotebookOnDouble("nb", outputs=outputs, kernel_pid=10)
     judge_platform_lines(wrong, events)
     assert [line.split(":")[0] for line in wrong.wrong_platform_lines] == [
@@ -246,11 +286,11 @@ def test_the_pass_judges_each_platform_line_against_the_journal():
     right = NotebookOnDouble("nb", outputs=outputs, kernel_pid=10)
     judge_platform_lines(right, events)
     assert right.wrong_platform_lines == [] and len(right.platform_lines) == 4 and not right.set_after_read
-    # A plain script that named no cores: the sources disagree (every core, or the set-up's one)
+    # A plain script that named no cores reserved both, and says so
     unnamed = NotebookOnDouble("nb", outputs=summary.format(2), kernel_pid=10)
-    judge_platform_lines(unnamed, [{"event": "reserved", "pid": 13, "argv0": "train.py", "cores": [0],
-                                    "read": {"NEURON_RT_NUM_CORES": "1"}, "set_up_set": ["NEURON_RT_NUM_CORES"]}])
-    assert unnamed.wrong_platform_lines == [] and "undecided" in unnamed.undecided_platform_lines[0]
+    judge_platform_lines(unnamed, [{"event": "reserved", "pid": 13, "argv0": "train.py", "cores": [0, 1],
+                                    "read": {}}])
+    assert unnamed.wrong_platform_lines == [] and len(unnamed.platform_lines) == 1
 
 
 KERNEL = ("import sys\n"
@@ -283,3 +323,122 @@ def test_a_kernel_left_open_refuses_the_next_notebooks_setup_naming_it_and_why(t
     finally:
         first.communicate("", timeout=GUARD_S)
     assert [(e["event"], e["cores"]) for e in journal(tmp_path)] == [("reserved", [0])]  # the second never opened it
+
+
+@pytest.mark.parametrize("fail, events", [
+    ("*", ["failed", "retry", "failed"]),  # the last failure stands: cached as failed
+    ("#1", ["failed", "retry", "compiled"]),  # the retry compiles it
+])
+def test_the_persistent_cache_retries_a_failed_compile_as_the_env_vars_page_says(
+        rules, tmp_path, monkeypatch, fail, events):
+    """NEURON_PARALLEL_COMPILE_MAX_RETRIES: "the maximum number of retries when using Neuron
+    Persistent Cache or neuron_parallel_compile": a graph new to the cache, in a training run's
+    own compile, is tried that many more times."""
+    from trn1_platform import compile_cache
+
+    monkeypatch.setenv("NEURON_PARALLEL_COMPILE_MAX_RETRIES", "1")
+    monkeypatch.setenv("TRN1_DOUBLE_FAIL_COMPILE", fail)
+    monkeypatch.setattr(compile_cache, "_compiles", {"count": 0})
+    lines = []
+    if events[-1] == "failed":
+        with pytest.raises(RuntimeError, match="Failed compilation with"):
+            compile_cache.on_graph("1234", b"hlo", say=lines.append)
+    else:
+        compile_cache.on_graph("1234", b"hlo", say=lines.append)
+    assert [e["event"] for e in journal(tmp_path) if e["event"] != "compiling"] == events
+    entry, = tmp_path.glob("var/tmp/neuron-compile-cache/neuronxcc-*/MODULE_1234+*")
+    assert compile_cache.is_failed(entry) == (events[-1] == "failed")
+    assert not (entry / compile_cache.LOCK_NAME).exists()
+
+
+def test_an_s3_cache_hit_names_the_neff_by_its_s3_url_in_the_local_layout(rules, tmp_path, monkeypatch):
+    """A public log's S3 cache (djl-serving#1879, neuronxcc 2.13): "Using a cached neff at
+    s3://<bucket>/neuronxcc-2.13.72.0+78a426937/MODULE_…+ede6753c/model.neff"."""
+    from trn1_platform import compile_cache
+
+    monkeypatch.setenv("NEURON_COMPILE_CACHE_URL", "s3://bucket/p/")
+    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
+    lines = []
+    compile_cache.on_graph("1234", b"hlo", say=lines.append)
+    compile_cache.on_graph("1234", b"hlo", say=lines.append)
+    hit = re.search(r"Using a cached neff at (\S+)\.", lines[-1])
+    assert hit and re.fullmatch(r"s3://bucket/p/neuronxcc-[\d.]+\+\w+/MODULE_1234\+[0-9a-f]{8}/model\.neff", hit[1]), lines
+    assert list((tmp_path / "s3/bucket/p").glob("neuronxcc-*/MODULE_1234+*/model.neff"))
+
+
+def test_the_pass_judges_graphs_compiled_utilization_and_the_explorer_summary_against_the_journal():
+    """"Graphs compiled: N" is matched by a process that handed at least N graphs to the compile
+    path (undecided where the all-reduce ran outside the graph); the utilization series by the
+    cores reserved; the Explorer summary by a capture compiled with debug metadata."""
+    from tests.trn1_double.workbook_pass import NotebookOnDouble, judge_run_lines
+
+    def graph(pid, event="compiled", argv0="train.py", **extra):
+        return {"event": event, "pid": pid, "argv0": argv0, **extra}
+
+    outputs = "\n".join([
+        "Graphs compiled: 3 (compile time 0.10 s)",  # train.py, pid 1: 4 graphs (evaluation after)
+        "[rank1]: Graphs compiled: 2 (compile time 0.10 s)",  # a split torchrun rank: undecided
+        "source: neuron-monitor: NeuronCore utilization (trn1); series: ['NeuronCore 0', 'NeuronCore 1']",
+        "neuron-explorer (trn1 double): 5 file(s) in /tmp/x/neuron-explorer; no summary is imitated"])
+    events = [graph(1), graph(1, "cached"), graph(1), graph(1, "cached-failure"),
+              {"event": "reduced-outside-graph", "pid": 2, "argv0": "train_torchrun.py"},
+              graph(2, argv0="train_torchrun.py"), graph(2, argv0="train_torchrun.py"),
+              {"event": "reserved", "pid": 2, "argv0": "train_torchrun.py", "cores": [0]},
+              {"event": "reserved", "pid": 3, "argv0": "train_torchrun.py", "cores": [1]},
+              graph(4, debug=True)]
+    right = NotebookOnDouble("nb", outputs=outputs, kernel_pid=10)
+    judge_run_lines(right, events)
+    assert right.wrong_platform_lines == [] and len(right.platform_lines) == 3, right.platform_lines
+    assert [line.split(":")[0] for line in right.undecided_platform_lines] == [
+        "'Graphs compiled", "utilization series [0, 1]", "Explorer summary (5 file(s) in /tmp/x/neuron-explorer)"]
+    wrong = NotebookOnDouble("nb", outputs=outputs.replace("compiled: 3", "compiled: 9"), kernel_pid=10)
+    judge_run_lines(wrong, [e for e in events if not e.get("debug") and e.get("cores") != [1]])
+    assert [line.split(":")[0] for line in wrong.wrong_platform_lines] == [
+        "'Graphs compiled", "utilization series [0, 1]", "Explorer summary (5 file(s) in /tmp/x/neuron-explorer)"]
+
+
+def set_up_module():
+    """The double's torch_neuronx/xla.py alone: its package's __init__ imports torch_xla, whose
+    import on the instance would start the double's runtime in this test process. The double's
+    libneuronxla it imports is dropped again: left loaded, a later `import torch_xla` in this
+    process would take it for a Neuron host."""
+    path = REPO_ROOT / "tests/trn1_double/torch_neuronx/xla.py"
+    spec = importlib.util.spec_from_file_location("trn1_double_torch_neuronx_xla", path)
+    module = importlib.util.module_from_spec(spec)
+    loaded = set(sys.modules)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        for name in set(sys.modules) - loaded:
+            if name.startswith("libneuronxla"):
+                del sys.modules[name]
+    return module
+
+
+@pytest.mark.parametrize("env, visible", [
+    ({}, None),  # a plain process: no core variable, its runtime takes every core
+    ({"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "1"),
+    ({"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "NEURON_RT_VISIBLE_CORES": "0-1"}, "1"),
+    ({"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NEURON_RT_VISIBLE_CORES": "1"}, "1"),
+    ({"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "0", "XLA_USE_SPMD": "1", "NEURON_RT_VISIBLE_CORES": "0-1"}, "0-1"),
+])
+def test_the_set_up_gives_each_process_its_cores_as_torch_xla_2_9_does(rules, monkeypatch, env, visible):
+    xla = set_up_module()
+    for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "XLA_USE_SPMD",
+                 "NEURON_RT_VISIBLE_CORES", "NEURON_PJRT_WORLD_SIZE", "NEURON_PJRT_PROCESSES_NUM_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    xla.configure_pjrt_environment()
+    assert os.environ.get("NEURON_RT_VISIBLE_CORES") == visible
+
+
+def test_an_inherited_range_not_one_core_per_worker_stops_the_set_up(rules, monkeypatch):
+    xla = set_up_module()
+
+    monkeypatch.delenv("XLA_USE_SPMD", raising=False)
+    for name, value in {"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                        "NEURON_RT_VISIBLE_CORES": "0-1"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=r"value of 1 is not equal to count 2 from NEURON_RT_VISIBLE_CORES \[0, 1\]"):
+        xla.configure_pjrt_environment()

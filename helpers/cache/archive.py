@@ -21,8 +21,9 @@ from pathlib import Path, PurePosixPath
 
 from helpers.cache.location import CompileCacheError, local_path, open_root
 from helpers.cache.plans import check_inside, compiler_processes, lock_is_stale, remove_inside
-from helpers.cache.render import human_bytes, iso_time, reason_dicts, report
+from helpers.cache.render import reason_dicts, report
 from helpers.cache.scan import LOCK_STALE_AFTER_S, XLA_CACHE_FILE, Entry, NotRegularFile, scan_cache, scan_entry
+from helpers.cache.units import human_bytes, iso_time
 from mnist_mlp.common.atomic_files import UnwritableDirError, atomic_path
 
 MANIFEST_NAME = "compile-cache-manifest.json"

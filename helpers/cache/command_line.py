@@ -11,8 +11,9 @@ import sys
 
 from helpers.cache import archive, plans
 from helpers.cache.location import CACHE_URL_ENV, CompileCacheError, locate_cache
-from helpers.cache.render import parse_size, render_entry, render_scan
+from helpers.cache.render import render_entry, render_scan
 from helpers.cache.scan import LOCK_STALE_AFTER_S, STATES, scan_cache
+from helpers.cache.units import parse_size
 from mnist_mlp.common.neuron_cc_flags import FlagsError
 from mnist_mlp.common.platform_paths import default_compile_cache
 

@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from helpers.cache.location import CompileCacheError, installed_compiler_version, same_compiler_version
-from helpers.cache.render import SizeTotals, human_bytes, iso_time, reason_dicts, report
+from helpers.cache.render import reason_dicts, report
 from helpers.cache.scan import LOCK_STALE_AFTER_S, CacheScan, Entry, layout_of, scan_entry
+from helpers.cache.units import SizeTotals, human_bytes, iso_time
 from helpers.launch.procfs import PROC_DIR, process_cmdline, process_environ
 from mnist_mlp.common.platform_paths import PLATFORM_ROOT_ENV
 

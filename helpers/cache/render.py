@@ -1,51 +1,14 @@
-"""Plain-text views of a scan and of one entry (the CLI, the browser's detail pane, notebooks),
-and byte sizes and times as people read and type them.
-"""
+"""Plain-text views of a scan and of one entry (the CLI, the browser's detail pane, notebooks).
+Byte sizes and times as people read them are helpers.cache.units, which the scan uses too."""
 from __future__ import annotations
 
-import datetime as _dt
-import re
 import shutil
-from typing import TYPE_CHECKING
 
 from helpers.cache.location import filesystem_type
+from helpers.cache.scan import CacheScan, Entry
+from helpers.cache.units import human_bytes, short_time
 from helpers.show.tables import text_table
 from mnist_mlp.common.compile_cache import STATES
-
-if TYPE_CHECKING:  # the scan imports this module's units
-    from helpers.cache.scan import CacheScan, Entry
-
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def human_bytes(n: int | float) -> str:
-    n = float(n)
-    for unit in _UNITS:
-        if abs(n) < 1024 or unit == _UNITS[-1]:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError
-
-
-def parse_size(text: str) -> int:
-    """'500M', '5G', '5GiB', '1.5 T', '1234' -> bytes (K/M/G/T are powers of 1024); > 0."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
-    if not m:
-        raise ValueError(f"size {text!r}: expected e.g. 500M, 5G or 1.5T (powers of 1024)")
-    size = int(float(m[1]) * 1024 ** " KMGT".index(m[2].upper() or " "))
-    if size <= 0:
-        raise ValueError(f"size {text!r}: a size budget must be more than 0 bytes "
-                         "(to remove every entry use --older-than-days 0)")
-    return size
-
-
-def iso_time(t: float) -> str | None:
-    return _dt.datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else None
-
-
-def short_time(t: float) -> str:
-    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t else "-"
 
 
 def report(head: str, **reasons) -> str:
@@ -57,21 +20,6 @@ def report(head: str, **reasons) -> str:
 def reason_dicts(pairs) -> list[dict]:
     """(key, why) pairs for JSON output."""
     return [{"key": key, "why": why} for key, why in pairs]
-
-
-class SizeTotals:
-    """size_bytes (apparent) and disk_bytes (allocated) summed over `_sized()`."""
-
-    def _sized(self):
-        raise NotImplementedError
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(p.size_bytes for p in self._sized())
-
-    @property
-    def disk_bytes(self) -> int:
-        return sum(p.disk_bytes for p in self._sized())
 
 
 FAILURE_LINES = 12  # of a stored failure, in `show`

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from helpers.cache.location import PROC_MOUNTS, CompileCacheError, on_network_filesystem, open_root
-from helpers.cache.render import SizeTotals, human_bytes, iso_time
+from helpers.cache.units import SizeTotals, human_bytes, iso_time
 from mnist_mlp.common.compile_cache import (  # noqa: F401  (the names this package reads them by)
     MODULE_DIR,
     NEFF_HEADER,

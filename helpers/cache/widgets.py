@@ -16,8 +16,9 @@ import ipywidgets as W
 from helpers.cache import flags as cache_flags
 from helpers.cache import plans
 from helpers.cache.location import CompileCacheError, installed_compiler_version, same_compiler_version, version_order
-from helpers.cache.render import human_bytes, parse_size, render_entry, short_time
+from helpers.cache.render import render_entry
 from helpers.cache.scan import LOCK_STALE_AFTER_S, STATES, CacheScan, scan_cache
+from helpers.cache.units import human_bytes, parse_size, short_time
 
 STYLE = W.HTML("<style>.cc-mono select, .cc-mono pre {font-family: monospace; font-size: 12px}"
               ".cc-scroll {overflow-x: auto}</style>")

@@ -74,12 +74,11 @@ def _wait_listening(host: str, port: int, proc, timeout: float) -> bool:
 
 def node_cores(node_rank: int, nproc_per_node: int) -> dict[str, str]:
     """The NeuronCores of one loopback "node": its own, as on separate machines. Without this
-    both nodes' workers would ask for the same cores (torch-xla's own start-up gives a torchrun
-    worker its LOCAL_RANK; torch-neuronx's, one free core) and the runtime could refuse the
-    second node (core_holders.CORE_RULE). With one worker per node (notebook 04) the range is
-    one core. With more, torch-xla's own start-up hands each worker its LOCAL_RANK-th core of
-    the range; torch-neuronx's, which replaces it on a Neuron host, does so in no public source
-    (docs/sources.md). Ignored where there is no NeuronCore."""
+    both nodes' workers would ask for the same cores (the start-up at `import torch_xla` gives a
+    torchrun worker its LOCAL_RANK's core) and the runtime could refuse the second node
+    (core_holders.CORE_RULE). With one worker per node (notebook 04) the range is one core. With
+    more, the start-up hands each worker its LOCAL_RANK-th core of the range (docs/sources.md,
+    "How torch-neuronx 2.9 sets up a process's cores"). Ignored where there is no NeuronCore."""
     first = node_rank * nproc_per_node
     last = first + nproc_per_node - 1
     return {"NEURON_RT_VISIBLE_CORES": str(first) if first == last else f"{first}-{last}"}

@@ -5,10 +5,11 @@ the Neuron runtime "initializes all the cores present in the system and reserves
 current process", and "Once a NeuronCore is reserved for a process, it cannot be used by another
 process at all, until the process reserving that NeuronCore is terminated" (Neuron Runtime
 configuration guide, 2.31). On a Neuron host `import torch_xla` hands start-up to torch-neuronx
-(torch-xla 2.9's `_aws_ec2_inf_trn_init`), whose public copy asks for one free core per process
-(NEURON_RT_NUM_CORES=1; its release is not known); torch-xla's own narrowing to the local rank
-(torch_xla/_internal/neuron.py) runs only without torch-neuronx. The workbook relies on neither
-and sets NEURON_RT_VISIBLE_CORES itself, before that import (helpers.setup.notebook_kernel.setup).
+(torch-xla 2.9's `_aws_ec2_inf_trn_init`), which at 2.9 narrows a torchrun worker to its local
+rank's core, as torch-xla's own torch_xla/_internal/neuron.py does, and a plain process not at
+all (docs/sources.md, "How torch-neuronx 2.9 sets up a process's cores"). A kernel is a plain
+process: the workbook sets its NEURON_RT_VISIBLE_CORES itself, before that import
+(helpers.setup.notebook_kernel.setup).
 
 Opening /dev/neuron* is not always holding a core, but the sources single out neuron-top: the
 torch-neuronx troubleshooting entry for "NeuronCore(s) not available" says to "terminate any

@@ -19,18 +19,19 @@ from packaging.version import InvalidVersion, Version
 
 from helpers.launch.procfs import PROC_DIR
 from helpers.setup.checklist import CheckResult
-from helpers.setup.core_holders import NEURON_DEVICE, busy_core_messages_text, neuron_device_holders
+from helpers.setup.core_holders import busy_core_messages_text, neuron_device_holders
 from mnist_mlp.common.backend import (
     INFERRED_WORKER_COUNTS,
     SUPPORTED_WORKER_COUNTS,
     Backend,
     instance_type,
+    neuron_device_nodes,
     visible_neuron_cores,
 )
 from mnist_mlp.common.neuron_cc_flags import ENV_VAR, FlagsError
 from mnist_mlp.common.paths import REPO_ROOT
 from mnist_mlp.common.paths import repo_relative as shown_path
-from mnist_mlp.common.platform_paths import dev_dir, os_release_path
+from mnist_mlp.common.platform_paths import os_release_path
 
 REQUIREMENTS = REPO_ROOT / "requirements.txt"
 NEURON_REQUIREMENTS = REPO_ROOT / "requirements-neuron.txt"
@@ -180,12 +181,9 @@ def check_pins(requirement_files=(REQUIREMENTS, NEURON_REQUIREMENTS),
 
 
 def has_neuron_device(dev_root: Path | None = None) -> bool:
-    """Whether dev_root (default: this machine's /dev) holds a Neuron device node (neuron0, ...)."""
-    try:
-        names = [p.name for p in Path(dev_dir() if dev_root is None else dev_root).iterdir()]
-    except OSError:
-        return False
-    return any(NEURON_DEVICE.fullmatch(name) for name in names)
+    """Whether dev_root (default: this machine's /dev) holds a Neuron device node (neuron0, ...):
+    mnist_mlp's reader, the one the backend's core count falls back on."""
+    return bool(neuron_device_nodes(dev_root))
 
 
 # Tools looked up by name: torch-neuronx runs `neuronx-cc` to compile each graph, the workbook

@@ -141,8 +141,18 @@ def device_core_counts(sysfs: Path | None = None, dev_dir: Path | None = None) -
                 continue
     if counts:
         return counts
-    devices = [p for p in dev_dir.glob("neuron[0-9]*") if re.fullmatch(r"neuron\d+", p.name)]
-    return [2] * len(devices)
+    return [2] * len(neuron_device_nodes(dev_dir))
+
+
+def neuron_device_nodes(dev_dir: Path | None = None) -> list[Path]:
+    """The Neuron device nodes (/dev/neuron0, neuron1, ...) of `dev_dir` (default: this
+    machine's /dev), sorted; none when the directory cannot be read. The one reader of "is there
+    a Neuron device": helpers.setup.environment_checks.has_neuron_device asks it too."""
+    dev_dir = platform_dev_dir() if dev_dir is None else Path(dev_dir)
+    try:
+        return sorted(p for p in dev_dir.iterdir() if re.fullmatch(r"neuron\d+", p.name))
+    except OSError:
+        return []
 
 
 def logical_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | None = None) -> int:
@@ -156,22 +166,24 @@ def logical_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | No
 
 def visible_neuron_cores(env=None, sysfs: Path | None = None, dev_dir: Path | None = None) -> int:
     """Logical NeuronCores this process's runtime reserves, as the runtime's variables give them:
-    NEURON_RT_VISIBLE_CORES (the cores named, of the machine's), else NEURON_RT_NUM_CORES (that
-    many, 0 meaning all), else one for a torchrun worker (torch-xla gives it its LOCAL_RANK,
-    torch-neuronx's set-up one free core: docs/sources.md), else the machine's (the runtime's
-    default)."""
+    one for a torchrun worker (not under SPMD: the set-up at `import torch_xla` gives it its
+    LOCAL_RANK's core, or that core of an inherited list: docs/sources.md, "How torch-neuronx
+    2.9 sets up a process's cores"), else NEURON_RT_VISIBLE_CORES (the cores named, of the
+    machine's), else NEURON_RT_NUM_CORES (that many, 0 meaning all), else the machine's (the
+    runtime's default)."""
     env = os.environ if env is None else env
     total = logical_neuron_cores(env, sysfs, dev_dir)
     spec = env.get("NEURON_RT_VISIBLE_CORES")
     if total == 0:
         return total
+    # torchrun's worker (torch.distributed.is_torchelastic_launched)
+    if env.get("TORCHELASTIC_RUN_ID") and env.get("XLA_USE_SPMD", "0") != "1":
+        return 1
     if spec:
         return len([c for c in parse_core_list(spec) if c < total])
     count = env.get("NEURON_RT_NUM_CORES", "").strip()
     if count.isdigit() and int(count) > 0:
         return min(int(count), total)
-    if env.get("TORCHELASTIC_RUN_ID"):  # torchrun's worker (torch.distributed.is_torchelastic_launched)
-        return 1
     return total
 
 

@@ -26,6 +26,14 @@ NEURON_BACKEND = re.compile(r"Backend: Neuron \(.*\| NeuronCores visible: (\d+) 
 SHUT_DOWN_BEFORE = re.compile(r"[Bb]efore notebook (\d\d), shut this kernel down")
 # "compiles **11 new graphs**", "runs `neuronx-cc` **7 times**": what the introduction promises.
 STATED_COMPILES = re.compile(r"\*\*(\d+)\s+(?:new\s+graphs|graphs|times)\*\*")
+# mnist_mlp.common.results.finish_run's line, every rank (a torchrun rank's behind its prefix)
+GRAPHS_COMPILED = re.compile(r"^(?:\[rank\d+\]: )?(?:\[rank \d+\] )?Graphs compiled: (\d+) \(compile time", re.M)
+# notebook 06's utilization widget, as its cell prints the source and the series it drew
+UTILIZATION = re.compile(r"^source: (.*?); series: \[(.*)\]$", re.M)
+# the double's neuron-explorer `view` (tests/trn1_double/tools/neuron_explorer.py)
+EXPLORER_SUMMARY = re.compile(r"^neuron-explorer \(trn1 double\): (\d+) file\(s\) in (\S+);", re.M)
+# the journal's events for one graph a process handed to the Neuron compile path
+GRAPH_EVENTS = ("compiled", "cached", "cached-failure", "extracted")
 
 
 @dataclass
@@ -47,6 +55,8 @@ class NotebookOnDouble:
     platform_lines: list[str] = field(default_factory=list)  # platform lines judged, and how
     undecided_platform_lines: list[str] = field(default_factory=list)  # where the sources disagree
     wrong_platform_lines: list[str] = field(default_factory=list)  # those the journal contradicts
+    open_when_started: list[str] = field(default_factory=list)  # other notebooks' kernels still running
+    refused_by_open_kernels: str | None = None  # setup()'s error while a core-holding kernel ran
 
 
 def _cores(spec: str) -> list[int]:
@@ -93,27 +103,69 @@ def judge_platform_lines(result: NotebookOnDouble, events: list[dict]) -> None:
                 f"kernel's 'NeuronCores visible: {visible}': "
                 + (f"it reserved {kernel[0]}" if kernel else "it never opened the device"))
     scripts = [e for e in reserved if e["pid"] != result.kernel_pid and e["argv0"].endswith(".py")]
-    # A plain process that named no cores: the runtime's default is every core, torch-neuronx's
-    # set-up (its public copy, release unknown) asks for one; the double follows the copy.
-    unnamed = sorted(len(e["cores"]) for e in scripts if "NEURON_RT_NUM_CORES" in e.get("set_up_set", ())
-                     and "NEURON_RT_VISIBLE_CORES" not in e.get("read", {}))
+    # A plain process that named no cores reserves every core (torch-neuronx 2.9's set-up, as
+    # the double follows it, names none for it: trn1_double/torch_neuronx/xla.py).
     others = sorted(len(e["cores"]) for e in scripts)
     for visible in summaries:
         if visible in others:
             others.remove(visible)
-            if visible in unnamed:
-                unnamed.remove(visible)
             result.platform_lines.append(f"a script's 'NeuronCores visible: {visible}': a script reserved that many")
-        elif unnamed:
-            others.remove(unnamed.pop(0))
-            result.undecided_platform_lines.append(
-                f"a script's 'NeuronCores visible: {visible}': undecided, its process named no cores "
-                "(the runtime's default: every core; torch-neuronx's set-up, as its public copy "
-                "reads: NEURON_RT_NUM_CORES=1, which the double follows)")
         else:
             result.wrong_platform_lines.append(
                 f"a script's 'NeuronCores visible: {visible}': no script process of this notebook "
                 f"reserved that many (left unmatched: {others})")
+
+
+def judge_run_lines(result: NotebookOnDouble, events: list[dict]) -> None:
+    """The run lines a notebook printed against the journal: each "Graphs compiled: N" (a
+    script's or a torchrun rank's) matched by one script process that handed at least N graphs
+    to the Neuron compile path (it prints before its test pass compiles more; a process whose
+    all-reduce the double ran outside the graph counts graphs no trn1 does: undecided); notebook
+    06's utilization series against the cores its processes reserved (their busy % is not in the
+    sources: the double reports 0 %); the Explorer summary against the capture the journal shows
+    compiled with debug metadata (the summary's shape is not in the sources)."""
+    split = {e["pid"] for e in events if e["event"] == "reduced-outside-graph"}
+    graphs: dict[int, int] = {}
+    for e in events:
+        if e["event"] in GRAPH_EVENTS and e["argv0"].endswith(".py"):  # a script, or the kernel
+            graphs[e["pid"]] = graphs.get(e["pid"], 0) + 1
+    exact = sorted(n for pid, n in graphs.items() if pid not in split)
+    undecided = sorted(n for pid, n in graphs.items() if pid in split)
+    # the largest first, each taking the smallest count that covers it: every line finds one if any can
+    for printed in sorted((int(m[1]) for m in GRAPHS_COMPILED.finditer(result.outputs)), reverse=True):
+        line = f"'Graphs compiled: {printed}'"
+        if (match := next((n for n in exact if n >= printed), None)) is not None:
+            exact.remove(match)
+            result.platform_lines.append(f"{line}: a script process handed {match} graphs to the compile path")
+        elif (match := next((n for n in undecided if n >= printed), None)) is not None:
+            undecided.remove(match)
+            result.undecided_platform_lines.append(
+                f"{line}: undecided, its process all-reduced outside the graph ({match} graphs here)")
+        else:
+            result.wrong_platform_lines.append(
+                f"{line}: no script process of this notebook handed that many graphs to the compile "
+                f"path (left: {exact + undecided})")
+    reserved = {core for e in events if e["event"] == "reserved" for core in e["cores"]}
+    for m in UTILIZATION.finditer(result.outputs):
+        if "neuron-monitor" not in m[1]:
+            continue  # the stand-in's psutil source: no NeuronCore to judge
+        series = {int(c) for c in re.findall(r"NeuronCore (\d+)", m[2])}
+        line = f"utilization series {sorted(series)}"
+        ok = bool(series) and series <= reserved
+        (result.platform_lines if ok else result.wrong_platform_lines).append(
+            f"{line}: the journal's reservations in this notebook held cores {sorted(reserved)}")
+        result.undecided_platform_lines.append(
+            f"{line}: busy % undecided (no published figure for this model; the double reports 0 %)")
+    for m in EXPLORER_SUMMARY.finditer(result.outputs):
+        captured = [e for e in events if e["event"] in ("compiled", "cached") and e.get("debug")]
+        line = f"Explorer summary ({m[1]} file(s) in {m[2]})"
+        if captured and int(m[1]) > 0:
+            result.platform_lines.append(f"{line}: the capture compiled {len(captured)} graph(s) with "
+                                         "debug metadata (journal)")
+        else:
+            result.wrong_platform_lines.append(f"{line}: the journal shows {len(captured)} graph(s) "
+                                               "compiled with debug metadata")
+        result.undecided_platform_lines.append(f"{line}: its shape is not in the sources at 2.31")
 
 
 def markdown(nb) -> str:
@@ -144,21 +196,55 @@ def shut_down(client: NotebookClient) -> None:
     run_sync(client.km.shutdown_kernel)(now=False)
 
 
+def setup_refusal(path: Path, env: dict[str, str]) -> str | None:
+    """A notebook's cells up to its setup() call, in a kernel of their own: the error setup()
+    raised (its last lines), or None when it went through. That kernel is then shut down."""
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.km = client.create_kernel_manager()
+    client.start_new_kernel(env=env, cwd=str(path.parent))
+    client.start_new_kernel_client()
+    try:
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+            if cell.cell_type == "code" and "setup(" in cell.source:
+                return None
+        return None
+    except CellExecutionError as err:
+        return str(err)[-3000:]
+    finally:
+        shut_down(client)
+
+
 def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
-                 timeout: int = 900) -> list[NotebookOnDouble]:
+                 timeout: int = 900, kept_open: dict[str, str] | None = None) -> list[NotebookOnDouble]:
     """Execute `notebooks` in order on the instance at `root`. A notebook stops at its first
     failing cell, as Run All does; the next one runs all the same, as a learner would go on. A
-    check the instance cannot decide prints "? …" and the notebook runs on."""
-    running: dict[str, NotebookClient] = {}  # kept kernels, by the notebook number that ends them
+    check the instance cannot decide prints "? …" and the notebook runs on.
+
+    `kept_open` {"02": "03"}: a learner leaves notebook 02's kernel running through notebook 03.
+    A kept kernel that holds no NeuronCore (00's, 01's, 04's) just runs beside the next ones. One
+    that holds a core is met by the next notebook's setup(), which must refuse and name it
+    (recorded in refused_by_open_kernels); the learner then shuts it down, as the refusal says,
+    and runs that notebook from the top."""
+    kept_open = kept_open or {}
+    running: list[tuple[str, str, NotebookClient, bool]] = []  # (name, shut before, client, holds a core)
     results = []
     try:
         for path in notebooks:
             number = path.name[:2]
-            for client in [c for until, c in running.items() if until <= number]:
+            for _, _, client, _ in [r for r in running if r[1] <= number]:
                 shut_down(client)
-            running = {u: c for u, c in running.items() if u > number}
+            running = [r for r in running if r[1] > number]
             nb = nbformat.read(path, as_version=4)
             result = NotebookOnDouble(path.stem)
+            result.open_when_started = [name for name, *_ in running]
+            if holders := [r for r in running if r[3]]:
+                result.refused_by_open_kernels = setup_refusal(path, env) or "setup() went through"
+                for _, _, client, _ in holders:  # what the refusal tells the learner to do
+                    shut_down(client)
+                running = [r for r in running if not r[3]]
             if m := STATED_COMPILES.search(markdown(nb)):
                 result.stated_compiles = int(m[1])
             seen = len(journal(root))
@@ -176,7 +262,9 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
                 result.error = str(err)[-3000:]
             result.seconds = time.perf_counter() - started
             result.outputs = text_outputs(nb)
-            until = kept_until(nb)
+            # shut down before: the prose's "before notebook NN", else the learner's kept_open
+            # (the notebook after the one it stays open through), else now
+            until = kept_until(nb) or (f"{int(kept_open[number]) + 1:02d}" if number in kept_open else None)
             if not until or result.error:
                 shut_down(client)  # first: a kernel hands its last graphs over as it exits
             events = journal(root)[seen:]
@@ -195,10 +283,12 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
                 elif event["event"] == "refused":
                     result.refused += 1
             judge_platform_lines(result, events)
+            judge_run_lines(result, events)
             results.append(result)
             if until and result.error is None:
-                running[until] = client
+                holds = any(e["event"] == "reserved" and e["pid"] == result.kernel_pid for e in events)
+                running.append((result.name[:2], until, client, holds))
     finally:
-        for client in running.values():
+        for _, _, client, _ in running:
             shut_down(client)
     return results

@@ -73,6 +73,16 @@ def entry_dir(graph_hash: str, env=None) -> Path:
     return rules.cache_directory(env) / rules.VERSION_DIR / f"MODULE_{graph_hash}+{flags_hash}"
 
 
+def shown(path: Path) -> str:
+    """A cache path as the wrapper prints it: under an s3:// cache, the S3 URL. A public log
+    (docs/sources.md, "The S3 cache's layout") shows an S3 cache laid out as a local one,
+    `s3://<bucket>/<prefix>/neuronxcc-<version>+<build>/MODULE_<hash>+<flags>/model.neff`."""
+    root = rules.cache_root()
+    if root.startswith("s3://"):
+        return root.rstrip("/") + "/" + str(path.relative_to(rules.cache_directory()))
+    return str(path)
+
+
 def journal(event: str, **fields) -> None:
     """One line per runtime event in <platform root>/var/log/trn1-double.jsonl (the tests read it)."""
     log = rules.platform_root() / "var/log/trn1-double.jsonl"
@@ -184,11 +194,11 @@ def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
     waiting_since = None
     while True:
         if is_failed(entry) and not rules.cache_flag("--retry_failed_compilation"):
-            say(rules.CACHED_FAILURE_LINE.format(neff=neff))
+            say(rules.CACHED_FAILURE_LINE.format(neff=shown(neff)))
             journal("cached-failure", key=key)
-            raise RuntimeError(rules.CACHED_FAILURE_LINE.format(neff=neff))
+            raise RuntimeError(rules.CACHED_FAILURE_LINE.format(neff=shown(neff)))
         if neff.exists() and (entry / "model.done").exists():
-            say(rules.CACHED_NEFF_LINE.format(neff=neff))
+            say(rules.CACHED_NEFF_LINE.format(neff=shown(neff)))
             journal("cached", key=key, **_metadata(neff))
             return
         if take_lock(entry):
@@ -201,10 +211,29 @@ def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
             said = int((now - waiting_since) // 60)
             say(rules.WAITING_LINE.format(key=entry.name, minutes=(now - waiting_since) / 60))
         time.sleep(WAIT_POLL_S)
-    compile_graph(entry, graph_hash, hlo)
+    compile_with_retries(entry, graph_hash, hlo, key)
     for line in rules.COMPILED_LINES:
         say(line)
     journal("compiled", key=key, cached=True, **({"debug": True} if debug_requested() else {}))
+
+
+def compile_with_retries(entry: Path, graph_hash: str, hlo: bytes, key: str) -> None:
+    """A graph new to the persistent cache, compiled under its lock and tried
+    NEURON_PARALLEL_COMPILE_MAX_RETRIES more times when it fails: the env-vars page sets "the
+    maximum number of retries when using Neuron Persistent Cache or neuron_parallel_compile"
+    (docs/sources.md). The last failure stands (cached as failed); ctrl-C is not retried."""
+    retries = int(os.environ.get("NEURON_PARALLEL_COMPILE_MAX_RETRIES") or 0)
+    for attempt in range(retries + 1):
+        if attempt:
+            take_lock(entry)
+            (entry / FAILURE_LOG).unlink(missing_ok=True)
+            journal("retry", key=key, attempt=attempt)
+        try:
+            compile_graph(entry, graph_hash, hlo)
+            return
+        except RuntimeError:
+            if attempt == retries:
+                raise
 
 
 def _metadata(neff: Path) -> dict:

@@ -126,8 +126,8 @@ def cache_directory(env=None) -> Path:
     """Where the double keeps the cache cache_root() names. docs/sources.md, "A remote (s3://)
     cache is a cache location": "If starts with s3://, it will use AWS S3 as cache backend" (the
     environment-variables page). The double has no S3: a bucket's cache lives in a directory of
-    the instance standing in for it, <root>/s3/<bucket>/<prefix>, in the local layout (how the
-    wrapper lays a cache out in S3 is not in the sources)."""
+    the instance standing in for it, <root>/s3/<bucket>/<prefix>, in the local layout, which a
+    public log shows an S3 cache has too (docs/sources.md, "The S3 cache's layout")."""
     root = cache_root(env)
     if root.startswith("s3://"):
         return platform_root() / "s3" / root.removeprefix("s3://").strip("/")
