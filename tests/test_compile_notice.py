@@ -287,23 +287,46 @@ def test_a_notebook_cell_that_compiles_long_says_so_under_itself(monkeypatch):
     assert re.fullmatch(r"Compiled a graph in \d+ s", lines[-1]), lines
 
 
-# On the trn1 double (tests/trn1_double): each compile of a graph not in the cache takes
-# TRN1_DOUBLE_COMPILE_SECONDS under its entry's lock, as neuronx-cc's wrapper writes it.
-COMPILE_S = 7
+# On the trn1 double (tests/trn1_double): each compile of a graph not in the cache holds its
+# entry's lock, as neuronx-cc's wrapper writes it, until the test has read the notice that the
+# compile is running (TRN1_DOUBLE_COMPILE_UNTIL): an event, however loaded the machine.
+QUIET_S = compile_notice.QUIET_S_BY_BACKEND["neuron"]
 NOTICE = re.compile(r"Compiling a graph: (\d+) s so far \((neuronxcc-[^/]+/MODULE_\w+\+\w+) (.*?); "
                     + re.escape(compile_notice.NEURON_HINT) + r"\)")
+GUARD_S = 600  # only a hung run meets it
 
 
 def train_on_the_double(env, tmp_path, **extra):
+    """train.py for one step; a compile it starts ends once its notice is printed."""
+    release = tmp_path / f"release-{len(list(tmp_path.glob('release-*')))}"
     argv = [sys.executable, "mnist_mlp/train.py", "--steps-this-run", "1", "--checkpoint-dir",
             str(tmp_path / "checkpoints")]
-    return subprocess.run(argv, env={**env, **extra}, cwd=REPO_ROOT, text=True,
-                          capture_output=True, timeout=300)
+    run = subprocess.Popen(argv, env={**env, **extra, "TRN1_DOUBLE_COMPILE_UNTIL": str(release)},
+                           cwd=REPO_ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = [], []
+
+    def read_stdout():
+        for line in run.stdout:
+            out.append(line)
+            if NOTICE.search(line):
+                release.touch()
+
+    readers = [threading.Thread(target=read_stdout),
+               threading.Thread(target=lambda: err.extend(run.stderr))]
+    for reader in readers:
+        reader.start()
+    try:
+        run.wait(timeout=GUARD_S)
+    finally:
+        run.kill()
+        for reader in readers:
+            reader.join()
+    return subprocess.CompletedProcess(argv, run.returncode, "".join(out), "".join(err))
 
 
 @pytest.mark.e2e
 def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(tmp_path):
-    env = instance_env(tmp_path / "trn1", TRN1_DOUBLE_COMPILE_SECONDS=str(COMPILE_S))
+    env = instance_env(tmp_path / "trn1")
     cache = tmp_path / "trn1/var/tmp/neuron-compile-cache"
     # 1. The step's graph is new, and its compile fails (as a compile can: the double on demand).
     first = train_on_the_double(env, tmp_path, TRN1_DOUBLE_FAIL_COMPILE="#1")
@@ -311,11 +334,11 @@ def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(
     said = NOTICE.search(first.stdout)
     assert said, first.stdout + first.stderr
     seconds, key, why = said.groups()
-    assert 5 <= int(seconds) < COMPILE_S and why == f"is not in the compile cache {cache}"
+    assert int(seconds) >= QUIET_S and why == f"is not in the compile cache {cache}"
     failed = re.search(r"Compile failed after (\d+) s: (\S+) now holds a failed entry; a run that "
                        r"meets it stops unless NEURON_CC_FLAGS has --retry_failed_compilation",
                        first.stdout)
-    assert failed and int(failed[1]) >= COMPILE_S and failed[2] == key, first.stdout
+    assert failed and int(failed[1]) >= int(seconds) and failed[2] == key, first.stdout
     assert "Failed compilation with" in first.stderr and "failed on demand" in first.stderr
     # The cache tool lists the entry as failed.
     listed = subprocess.run([sys.executable, "-m", "helpers.cache", "ls", "--root", str(cache), "--state",
@@ -334,11 +357,11 @@ def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(
     assert retried and retried.group(2) == key, third.stdout
     assert retried.group(3) == "failed before; --retry_failed_compilation compiles it again"
     compiled = re.search(r"Compiled a graph in (\d+) s \((\S+)\)", third.stdout)
-    assert compiled and int(compiled[1]) >= COMPILE_S and compiled[2] == key, third.stdout
+    assert compiled and int(compiled[1]) >= int(retried.group(1)) and compiled[2] == key, third.stdout
     lines = third.stdout.splitlines()  # said before the step's own line, which comes after it
     assert lines.index(retried.group(0)) < next(i for i, x in enumerate(lines) if x.startswith("step 1"))
     # The instance's journal: the graph failed, was met cached as failed, then compiled again; each
-    # compile took the TRN1_DOUBLE_COMPILE_SECONDS asked for, and left no lock.
+    # compile lasted until its notice was said, and left no lock.
     events = [e for e in journal(tmp_path / "trn1") if e["event"] != "reserved"]
     assert [e["event"] for e in events if e["event"] in ("failed", "cached-failure")] == [
         "failed", "cached-failure"]
@@ -346,7 +369,7 @@ def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(
     assert [e["event"] for e in events if e.get("key") == key] == [
         "compiling", "failed", "cached-failure", "compiling", "compiled"]
     start, done = events[3:5]
-    assert start["seconds"] == COMPILE_S and done["time"] - start["time"] >= COMPILE_S
+    assert done["time"] - start["time"] >= QUIET_S
     assert not list(cache.glob("*/*/*.lock"))
 
 

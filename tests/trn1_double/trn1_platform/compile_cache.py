@@ -19,7 +19,8 @@ reader could rely on.
 Faults and delays on demand (no source says which graphs of this MLP would fail, or how long
 one takes; a test names them):
 - TRN1_DOUBLE_COMPILE_SECONDS=<s>: each compile takes s seconds (default 0), its entry holding
-  the HLO and a `model.hlo_module.pb.lock` meanwhile;
+  the HLO and a `model.hlo_module.pb.lock` meanwhile; with TRN1_DOUBLE_COMPILE_UNTIL=<path> it
+  goes on after them until that file exists;
 - TRN1_DOUBLE_FAIL_COMPILE=<which>: a matching compile fails (its model.neff holds the failure
   text, so the next run meets the cached failure) and the run stops;
 - TRN1_DOUBLE_KILL_COMPILE=<which>: the process is killed (SIGKILL) halfway through a matching
@@ -53,10 +54,15 @@ _compiles = {"count": 0}
 
 
 def compile_time(seconds: float) -> None:
-    """Spend a compile's `seconds`, a SIGINT acting within one slice of it."""
+    """Spend a compile's `seconds`, a SIGINT acting within one slice of it; then, under
+    TRN1_DOUBLE_COMPILE_UNTIL=<path>, go on until that file exists: a test ends the compile on an
+    event it saw (a line the run printed), not after a time a loaded machine can miss."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(left, SLEEP_SLICE_S))
+    release = os.environ.get("TRN1_DOUBLE_COMPILE_UNTIL")
+    while release and not os.path.exists(release):
+        time.sleep(SLEEP_SLICE_S)
 
 
 def neff_bytes(hlo: bytes, debug: bool = False) -> bytes:
