@@ -139,7 +139,19 @@ def test_a_graph_list_names_cells_by_one_line_and_says_what_only_one_backend_bui
         graph_list.find_cell(cells, "step()")
     text = graph_list.graph_list("04")
     assert "the 2-worker step, the all-reduce inside *" in text and "* on a trn1 only." in text
-    assert text.split("Only the stand-in builds:")[1].count("cell ") == 2  # the gloo halves
+    assert text.split("Only the stand-in builds:")[1].count('  in "Launch: ') == 2  # the gloo halves
+
+
+def test_a_graph_list_names_sections_not_cells_and_gives_no_exercise_away():
+    """A reader sees headings, not cell numbers; the exercises' graphs are one counted line, and
+    the rows still add up to the header's count."""
+    text = graph_list.graph_list("02")
+    assert not re.search(r"cell \d", text) and "\nThe script: a `sync()` every step, or `MpDeviceLoader`\n" in text
+    exercises = text.split("\nExercises\n")[1].splitlines()
+    assert len(exercises) == 1 and exercises[0].split()[:2] == ["5", "graphs"]
+    assert "batch 24" not in text and "loss_history" not in text and "broken" not in text
+    table_rows = [line for line in text.splitlines()[4:] if line.startswith("  ")]
+    assert len(table_rows) - 1 + 5 == BUDGET["02"].compiles
 
 
 def test_the_counts_follow_the_list():

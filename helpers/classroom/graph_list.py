@@ -1,11 +1,13 @@
-"""The graphs behind each notebook's `neuronx-cc` count: what each graph is, the cell it comes
+"""The graphs behind each notebook's `neuronx-cc` count: what each graph is, the section it comes
 from, whether the classroom archive holds it, and why it is new.
 
 The time budget (time_budget.BUDGET) takes its compile counts from these lists, so a notebook's
 introduction and its list cannot disagree; tests/test_time_budget.py holds the lists to the graph
 record (notebooks/classroom_graphs.json): per notebook, the listed graphs the stand-in builds that
 the archive holds are exactly the record's graphs new to that notebook. A notebook shows its list
-with `show_graph_list("02")`, which finds each graph's cell in the notebook itself.
+with `show_graph_list("02")`, which finds each graph's cell in the notebook itself and names it by
+its section's heading (a reader sees headings, not cell numbers). The exercises' graphs show as one
+line, their count only: which graphs they are is what the exercises ask.
 
 Words (notebook 02's table): a **new graph** is one this process has not run yet (torch-xla's
 UncachedCompile); a **compile** is a `neuronx-cc` run, for a new graph the compile cache lacks; a
@@ -135,27 +137,43 @@ def find_cell(cells: list[dict], line: str) -> tuple[int, str]:
     return found[0]
 
 
+EXERCISES = "Exercises"  # the heading of a notebook's exercises: their graphs are not named
+
+
 def graph_list(notebook: str, path: Path | None = None) -> str:
-    """The list as a notebook shows it: a trn1's graphs, then those only the stand-in builds."""
+    """The list as a notebook shows it: a trn1's graphs under the heading of the section that builds
+    each, the exercises' as one line, then those only the stand-in builds."""
     from helpers.show.tables import text_table
 
     cells = json.loads((path or notebook_path(notebook)).read_text())["cells"]
     c = counts(notebook)
-    rows, stand_in = [], []
-    for graph in sorted(GRAPHS[notebook], key=lambda g: find_cell(cells, g.cell)[0]):
-        index = find_cell(cells, graph.cell)[0]
+    placed = sorted(((*find_cell(cells, g.cell), g) for g in GRAPHS[notebook]), key=lambda t: t[0])
+    rows, sections, stand_in, exercises = [], [], [], []
+    for _, heading, graph in placed:
         if graph.on == STAND_IN_ONLY:
-            stand_in.append(f"  cell {index}: {graph.what} ({graph.why_new})")
-            continue
-        rows.append([index, graph.what + (" *" if graph.on == TRN1_ONLY else "")
-                     + (" (optional)" if graph.optional else ""),
-                     "yes" if graph.archive else "no", graph.why_new])
+            stand_in.append(f"  in \"{heading}\": {graph.what} ({graph.why_new})")
+        elif heading == EXERCISES:
+            exercises.append(graph)
+        else:
+            sections.append(heading)
+            rows.append([graph.what + (" *" if graph.on == TRN1_ONLY else "")
+                         + (" (optional)" if graph.optional else ""),
+                         "yes" if graph.archive else "no", graph.why_new])
+    if exercises:
+        held = {g.archive for g in exercises}
+        sections.append(EXERCISES)
+        rows.append([f"{len(exercises)} graphs", "yes" if held == {True} else "no" if held == {False} else "some",
+                     "which ones is what the exercises ask"])
     saved = c.compiles - c.compiles_with_archive
     archive = ("With the classroom archive each is a cache hit instead." if saved == c.compiles else
                f"With the classroom archive the {saved} it holds are cache hits instead.")
-    lines = [f"neuronx-cc runs {c.compiles} times on a trn1, once for each graph below (cells count from 0, "
-             f"the title).\n{archive}",
-             text_table(rows, ["cell", "graph", "archive", "new because"], right={0}, rule=True)]
+    table = text_table(rows, ["graph", "archive", "new because"], rule=True).splitlines()
+    lines = [f"neuronx-cc runs {c.compiles} times on a trn1, once for each graph below, each under "
+             f"its section's heading.\n{archive}", *("  " + t for t in table[:2])]
+    for index, (heading, row) in enumerate(zip(sections, table[2:])):
+        if index == 0 or sections[index - 1] != heading:
+            lines.append(heading)
+        lines.append("  " + row)
     if any(g.on == TRN1_ONLY for g in GRAPHS[notebook]):
         lines.append("* on a trn1 only.")
     if stand_in:
