@@ -3,7 +3,8 @@ instructor's page, the README and docs/instructor.md state its figures word for 
 reading counts are the notebooks'; its compile counts are the graph record's new graphs (plus
 03's first run into an empty cache of its own; less what only the stand-in's mechanics compile,
 by the budget's own argument); its per-compile range is the tutorial's log as docs/sources.md
-quotes it; the core path with the archive fits a 3-hour workshop with time to spare."""
+quotes it, and the typical compile to a 2025 log; every total is the sum of the figures shown beside
+it; the core path with the archive fits a 3-hour workshop with time to spare."""
 from __future__ import annotations
 
 import json
@@ -22,10 +23,12 @@ from helpers.classroom.time_budget import (
     budget_table,
     intro_sentence,
     reading_counts,
+    self_paced_sentence,
     totals,
     wait,
     workbook_sentence,
 )
+from mnist_mlp.common import compile_notice
 from tests.paths import REPO_ROOT
 
 NOTEBOOKS = {p.name[:2]: p for p in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
@@ -93,7 +96,55 @@ def test_the_docs_state_the_same_figures():
             for name in ("README.md", "docs/instructor.md", "notebooks/README.md")}
     for name, text in flat.items():
         assert workbook_sentence() in text, name
+    for name in ("README.md", "notebooks/README.md"):  # what a learner without an instructor can do
+        assert self_paced_sentence() in flat[name], name
+    assert time_budget.spare_sentence() in flat["notebooks/README.md"]
     assert budget_table() in (REPO_ROOT / "notebooks/README.md").read_text()
+
+
+def _minutes(text: str) -> int:
+    """'2 h 31 min' or '31 min' or '31' -> 151 / 31 / 31."""
+    h = re.fullmatch(r"(?:(\d+) h )?(\d+)(?: min)?", text.strip().strip("*"))
+    assert h, text
+    return 60 * int(h[1] or 0) + int(h[2])
+
+
+@pytest.mark.parametrize("number", sorted(NOTEBOOKS))
+def test_each_time_line_adds_up(number):
+    """Read from the notebook as a learner reads it: the minutes with the archive are the parts in
+    the brackets summed, and the minutes without it are those plus the extra compiles stated."""
+    intro = " ".join(introduction(NOTEBOOKS[number]).split())
+    line = re.search(r"\*\*Time:\*\* (\d+) min(?: with the classroom archive)? \(([^)]*) on a trn1\)"
+                     r"(?:, (\d+) without it \((\d+) more of compiles\))?", intro)
+    assert line, intro
+    parts = [int(n) for n in re.findall(r"(\d+) (?:to read|of cells|of compiles)", line[2])]
+    assert int(line[1]) == sum(parts), line[0]
+    if line[3]:
+        assert int(line[3]) == int(line[1]) + int(line[4]), line[0]
+    assert "Modelled, not measured" in intro
+
+
+def test_the_table_adds_up():
+    """In notebooks/README.md's table each row's core path is its reading, cells and compile wait,
+    with the archive and without; the whole-workbook row is each column's sum."""
+    text = (REPO_ROOT / "notebooks/README.md").read_text()
+    table = text[text.index("| notebook | reading |"):].split("\n\n")[0]
+    rows = [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+            for line in table.splitlines() if re.match(r"\| (\d\d ·|\*\*whole workbook)", line)]
+    assert len(rows) == len(NOTEBOOKS) + 1
+    sums = [0] * 7
+    for i, row in enumerate(rows):
+        reading, cells = _minutes(row[1]), _minutes(row[2])
+        with_wait, without_wait = (int(n) for n in re.findall(r"\d+", row[4]))
+        core, core_without = _minutes(row[5]), _minutes(row[6])
+        optional = 0 if row[7] == "none" else _minutes(row[7])
+        figures = [reading, cells, with_wait, without_wait, core, core_without, optional]
+        if i < len(NOTEBOOKS):
+            assert core == reading + cells + with_wait and core_without == reading + cells + without_wait, row
+            sums = [a + b for a, b in zip(sums, figures)]
+        else:
+            assert figures == sums, (row, sums)
+    assert _minutes(rows[-1][5]) == totals().core_with_archive
 
 
 def test_each_graph_list_is_the_graph_records_new_graphs():
@@ -165,11 +216,25 @@ def test_a_compile_takes_what_the_tutorials_log_shows():
                if line.startswith("| `train.py`'s first run compiles two graphs"))
     stamps = [datetime.strptime(s, "%H:%M:%S") for s in re.findall(r"2022-04-12 (\d\d:\d\d:\d\d)", row)]
     start, first_done, second_start, second_done = stamps
-    assert (first_done - start).seconds == time_budget.SLOWEST_COMPILE_S  # 3 min 5 s
-    assert (second_done - second_start).seconds == time_budget.FASTEST_COMPILE_S  # 7 s
+    assert (first_done - start).seconds == compile_notice.SLOWEST_COMPILE_S  # 3 min 5 s
+    assert (second_done - second_start).seconds == compile_notice.FASTEST_COMPILE_S  # 7 s
+
+
+def test_a_current_compile_takes_what_a_2025_log_shows():
+    """The typical compile: neuronx-cc 2.16's call to the other worker's read of the finished NEFF."""
+    row = next(line for line in (REPO_ROOT / "docs/sources.md").read_text().splitlines()
+               if line.startswith("| A small graph compiles in about 5 s"))
+    assert "neuronxcc-2.16.345.0" in row
+    call, cached = [datetime.strptime(s, "%H:%M:%S") for s in re.findall(r"2025-01-13 (\d\d:\d\d:\d\d)", row)]
+    assert (cached - call).seconds == compile_notice.TYPICAL_COMPILE_S  # 5 s
+    assert compile_notice.TYPICAL_COMPILE_S < compile_notice.FASTEST_COMPILE_S < compile_notice.SLOWEST_COMPILE_S
 
 
 def test_waits_read_as_a_learner_plans_them():
     assert wait(0) == "none"
-    assert wait(2) == "14 s to 7 min"  # 2 x 7 s; 2 x 185 s = 6 min 10 s, rounded up
-    assert wait(33) == "4 min to 1 h 42 min"
+    assert wait(2) == "10 s to 6 min"  # 2 x 5 s; 2 x 185 s = 6 min 10 s, to the nearest minute
+    assert wait(33) == "3 min to 1 h 42 min"  # 2 min 45 s; 101 min 45 s
+
+
+def test_each_part_is_rounded_once_and_shows_when_it_is_not_nothing():
+    assert [time_budget.whole_minutes(s) for s in (0, 10, 89, 91, 200)] == [0, 1, 1, 2, 3]

@@ -5,7 +5,7 @@ docs/instructor.md state these figures as this module writes them; tests/test_ti
 them to it, the reading counts to the notebooks, the compile counts (each notebook's graph list,
 helpers/classroom/graph_list.py, which the notebook shows) to the graph record
 (notebooks/classroom_graphs.json, the stand-in's), and the per-compile range to the tutorial's log as
-docs/sources.md quotes it. tests/test_trn1_double_pass.py holds the counts the introductions
+docs/sources.md quotes it (the typical compile to a 2025 log there). tests/test_trn1_double_pass.py holds the counts the introductions
 state to the compiles the trn1 double counts.
 
 - Reading: markdown words at WORDS_PER_MIN and code lines at CODE_LINES_PER_MIN, both stated
@@ -17,21 +17,26 @@ state to the compiles the trn1 double counts.
   synced, 192 it/s with MpDeviceLoader, 163 it/s per worker with two), plus about PROCESS_START_S
   for each script or torchrun it starts (not in the sources).
 - Compiles: a compile's wait is a range, not a measurement. No run-through of these notebooks on
-  a trn1 was measured, and the one published log of this MLP (the tutorial's `train.py`, 2022)
-  shows its first graph compiling in 3 min 5 s and its second in 7 s. A graph the imported
-  archive holds is a cache hit instead, read in a tenth of a second in that tutorial's second
-  run. Minutes are planned with the upper figure.
+  a trn1 was measured. The one published log of this MLP (the tutorial's `train.py`, 2022, a
+  pre-release compiler on a trn1.32xlarge) shows its first graph compiling in 3 min 5 s: the
+  upper figure. Public logs of a current compiler (neuronx-cc 2.16, Neuron 2.21, 2025) show a
+  small graph compiling in about 5 s: the typical figure. Minutes are planned with the upper
+  one, so a class does not overrun. A graph the imported archive holds is a cache hit instead,
+  read in a tenth of a second in that tutorial's second run.
+- Rounding: each part a notebook shows (reading, cells, compile wait, optional parts) is rounded
+  once to the nearest minute (a part that is not nothing shows at least 1), and every total is
+  the sum of the parts shown, so a reader's sum matches it.
 """
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.classroom.graph_list import counts
-from mnist_mlp.common.compile_notice import FASTEST_COMPILE_S, SLOWEST_COMPILE_S  # the tutorial's log
+from mnist_mlp.common.compile_notice import SLOWEST_COMPILE_S, TYPICAL_COMPILE_S  # 2022 and 2025 logs
+from mnist_mlp.common.compile_notice import duration as exact  # 3 min 5 s
 
 WORDS_PER_MIN = 150  # technical prose read to follow it: slower than everyday reading
 CODE_LINES_PER_MIN = 10  # a code line read before its cell runs: about 6 s each
@@ -86,14 +91,14 @@ class Reading:
 
 
 READING = {  # python -m helpers.classroom.time_budget --counts prints them afresh
-    "00": Reading(630, 24),
-    "01": Reading(802, 111),
-    "02": Reading(1219, 131),
-    "03": Reading(1064, 139, 56, 7),
-    "04": Reading(1078, 68, 104, 24),
-    "05": Reading(924, 120),
-    "06": Reading(1002, 100, 117, 18),
-    "07": Reading(737, 90, 58, 21),
+    "00": Reading(692, 24),
+    "01": Reading(797, 111),
+    "02": Reading(1294, 133),
+    "03": Reading(1150, 146, 56, 7),
+    "04": Reading(1122, 72, 104, 24),
+    "05": Reading(954, 124),
+    "06": Reading(1077, 104, 130, 18),
+    "07": Reading(774, 92, 58, 21),
 }
 
 # Seconds its cells run on a trn1, compiles aside: (core path, optional sections), inferred as the
@@ -127,18 +132,22 @@ def reading_counts(path) -> Reading:
 
 
 def duration(seconds: float) -> str:
-    """14 s, 7 min, 1 h 42 min: seconds under a minute, else whole minutes rounded up."""
+    """14 s, 7 min, 1 h 42 min: seconds under a minute, else whole minutes, the nearest."""
     if seconds < 60:
         return f"{round(seconds)} s"
-    minutes = math.ceil(seconds / 60)
-    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+    return hours(round(seconds / 60))
+
+
+def hours(minutes_: int) -> str:
+    """7 min, 1 h 42 min."""
+    return f"{minutes_} min" if minutes_ < 60 else f"{minutes_ // 60} h {minutes_ % 60} min"
 
 
 def wait(compiles: int) -> str:
-    """The compile wait of `compiles` neuronx-cc runs: each 7 s to 3 min 5 s."""
+    """The compile wait of `compiles` neuronx-cc runs: each about 5 s (typical) to 3 min 5 s (upper)."""
     if not compiles:
         return "none"
-    return f"{duration(compiles * FASTEST_COMPILE_S)} to {duration(compiles * SLOWEST_COMPILE_S)}"
+    return f"{duration(compiles * TYPICAL_COMPILE_S)} to {duration(compiles * SLOWEST_COMPILE_S)}"
 
 
 @dataclass(frozen=True)
@@ -146,8 +155,8 @@ class Seconds:
     """One notebook's planned seconds on a trn1 (compiles at their upper figure)."""
     reading: float
     cells: float
-    core_with_archive: float
-    core_without_archive: float
+    compiles_with_archive: float  # the core path's compile wait with the archive imported
+    compiles_without_archive: float  # and without it
     optional: float  # the optional sections, their compiles included
 
 
@@ -156,59 +165,94 @@ def seconds(notebook: str) -> Seconds:
     run, optional_run = RUN_S[notebook]
     read = 60 * (r.words / WORDS_PER_MIN + r.code_lines / CODE_LINES_PER_MIN)
     optional_read = 60 * (r.optional_words / WORDS_PER_MIN + r.optional_code_lines / CODE_LINES_PER_MIN)
-    core_archive_compiles = b.compiles_with_archive - b.optional_compiles
-    core_compiles = b.compiles - b.optional_compiles
-    return Seconds(read, run, read + run + core_archive_compiles * SLOWEST_COMPILE_S,
-                   read + run + core_compiles * SLOWEST_COMPILE_S,
+    return Seconds(read, run, (b.compiles_with_archive - b.optional_compiles) * SLOWEST_COMPILE_S,
+                   (b.compiles - b.optional_compiles) * SLOWEST_COMPILE_S,
                    optional_read + optional_run + b.optional_compiles * SLOWEST_COMPILE_S
                    if r.optional_words or r.optional_code_lines else 0)
 
 
-def minutes(notebook: str) -> Seconds:
-    """seconds(), each figure in whole minutes rounded up."""
+def whole_minutes(seconds_: float) -> int:
+    """The nearest whole minute; a part that is not nothing shows at least 1."""
+    return max(1, round(seconds_ / 60)) if seconds_ > 0 else 0
+
+
+@dataclass(frozen=True)
+class Minutes:
+    """One notebook's figures as it shows them: each part rounded once, the totals their sums."""
+    reading: int
+    cells: int
+    compiles_with_archive: int
+    compiles_without_archive: int
+    optional: int
+
+    @property
+    def core_with_archive(self) -> int:
+        return self.reading + self.cells + self.compiles_with_archive
+
+    @property
+    def core_without_archive(self) -> int:
+        return self.reading + self.cells + self.compiles_without_archive
+
+
+def minutes(notebook: str) -> Minutes:
+    """seconds(), each part in whole minutes (whole_minutes)."""
     s = seconds(notebook)
-    return Seconds(*(math.ceil(value / 60) for value in
-                     (s.reading, s.cells, s.core_with_archive, s.core_without_archive, s.optional)))
+    return Minutes(*(whole_minutes(value) for value in
+                     (s.reading, s.cells, s.compiles_with_archive, s.compiles_without_archive, s.optional)))
+
+
+MODELLED = "Modelled, not measured"
 
 
 def intro_sentence(notebook: str) -> str:
     """The lines a notebook's introduction states its time with, word for word."""
     b, m = BUDGET[notebook], minutes(notebook)
-    parts = f"{m.reading} to read, {m.cells} of cells on a trn1"
+    parts = [f"{m.reading} to read", f"{m.cells} of cells"]
     if not b.compiles:
-        text = f"**Time:** {m.core_with_archive} min ({parts}). No `neuronx-cc` compile."
+        text = f"**Time:** {m.core_with_archive} min ({', '.join(parts)} on a trn1). No `neuronx-cc` compile."
     else:
+        if m.compiles_with_archive:
+            parts.append(f"{m.compiles_with_archive} of compiles")
         kept = b.compiles_with_archive
         archive = (f"{kept} even with the archive" + (" (in an optional part)" if b.optional_compiles else "")
                    if kept else "none with the archive")
-        text = (f"**Time:** {m.core_with_archive} min with the classroom archive, {m.core_without_archive} "
-                f"without ({parts}). `neuronx-cc` runs **{b.compiles} times**, {archive}.")
+        text = (f"**Time:** {m.core_with_archive} min with the classroom archive ({', '.join(parts)} on a "
+                f"trn1), {m.core_without_archive} without it ({m.compiles_without_archive - m.compiles_with_archive}"
+                f" more of compiles). `neuronx-cc` runs **{b.compiles} times**, {archive}.")
     if m.optional:
         text += f" Optional parts add {m.optional} min."
-    return text
+    if b.compiles:
+        return f"{text} {MODELLED} (each compile at {exact(SLOWEST_COMPILE_S)}, its upper figure)."
+    return f"{text} {MODELLED}."
 
 
 @dataclass(frozen=True)
 class Totals:
+    """The whole workbook: each figure the sum of the notebooks' figures as shown."""
     reading: int
+    cells: int
+    compiles_with_archive: int  # minutes of compile wait on the core path
+    compiles_without_archive: int
     core_with_archive: int
     core_without_archive: int
     optional: int
-    compiles: int
-    compiles_with_archive: int
+    compiles: int  # neuronx-cc runs, the exercise solutions' included
+    compiles_with_archive_count: int
 
 
 def totals() -> Totals:
-    """The whole workbook's minutes (its notebooks' seconds summed, then rounded up) and compiles."""
-    every = [seconds(n) for n in BUDGET]
+    every = [minutes(n) for n in BUDGET]
     rows = [*BUDGET.values(), SOLUTIONS]
-    return Totals(*(math.ceil(sum(getattr(s, name) for s in every) / 60) for name in
-                    ("reading", "core_with_archive", "core_without_archive", "optional")),
+    return Totals(*(sum(getattr(m, name) for m in every) for name in
+                    ("reading", "cells", "compiles_with_archive", "compiles_without_archive",
+                     "core_with_archive", "core_without_archive", "optional")),
                   sum(r.compiles for r in rows), sum(r.compiles_with_archive for r in rows))
 
 
-def hours(minutes_: int) -> str:
-    return duration(60 * minutes_)
+def spare_sentence() -> str:
+    """What the core path with the archive leaves of a 3-hour workshop (notebooks/README.md)."""
+    return (f"The core path with the archive leaves {WORKSHOP_MIN - totals().core_with_archive} minutes of a "
+            "3-hour workshop")
 
 
 def workbook_sentence() -> str:
@@ -217,25 +261,37 @@ def workbook_sentence() -> str:
     return (f"The core path takes {hours(t.core_with_archive)} on a trn1 with the classroom archive "
             f"and {hours(t.core_without_archive)} without it; the optional sections add "
             f"{hours(t.optional)}. In all `neuronx-cc` runs {t.compiles} times ({wait(t.compiles)}), "
-            f"or {t.compiles_with_archive} times ({wait(t.compiles_with_archive)}) with the archive")
+            f"or {t.compiles_with_archive_count} times ({wait(t.compiles_with_archive_count)}) with the archive")
+
+
+def self_paced_sentence() -> str:
+    """What `make classroom-cache` costs a learner on their own trn1 (README.md, notebooks/README.md)."""
+    t = totals()
+    run = t.cells + sum(RUN_S[n][1] for n in BUDGET) / 60
+    return (f"It runs every notebook and solution unattended, in about {hours(round(run))} of cells plus "
+            f"{wait(t.compiles)} of compiles")
 
 
 def budget_table() -> str:
-    """The table notebooks/README.md shows (markdown)."""
-    lines = ["| notebook | reading | cells on a trn1 | `neuronx-cc` runs | core path, with the archive | "
-             "without it | optional sections |", "|---|---|---|---|---|---|---|"]
+    """The table notebooks/README.md shows (markdown): in each row the core path is the sum of
+    its reading, cells and compile wait; the last row sums each column."""
+    lines = ["| notebook | reading | cells on a trn1 | `neuronx-cc` runs | compile wait, with / without the "
+             "archive | core path, with the archive | without it | optional sections |",
+             "|---|---|---|---|---|---|---|---|"]
     for number, b in BUDGET.items():
         m = minutes(number)
         kept = f" ({b.compiles_with_archive} with the archive: {b.why_with_archive})" if b.compiles_with_archive else ""
         lines.append(f"| {number} · {b.title} | {m.reading} min | {m.cells} min | {b.compiles}, "
-                     f"{wait(b.compiles)}{kept} | {m.core_with_archive} min | {m.core_without_archive} min | "
+                     f"{wait(b.compiles)}{kept} | {m.compiles_with_archive} / {m.compiles_without_archive} min | "
+                     f"{m.core_with_archive} min | {m.core_without_archive} min | "
                      f"{f'{m.optional} min' if m.optional else 'none'} |")
     lines.append(f"| {SOLUTIONS.title} | | | {SOLUTIONS.compiles}, {wait(SOLUTIONS.compiles)} (an answer "
-                 "other than the solution's compiles its own graphs, once) | | | |")
+                 "other than the solution's compiles its own graphs, once) | | | | |")
     t = totals()
-    lines.append(f"| **whole workbook** | **{t.reading} min** | | **{t.compiles}, {wait(t.compiles)}** | "
-                 f"**{hours(t.core_with_archive)}** | **{hours(t.core_without_archive)}** | "
-                 f"**{hours(t.optional)}** |")
+    lines.append(f"| **whole workbook** | **{t.reading} min** | **{t.cells} min** | "
+                 f"**{t.compiles}, {wait(t.compiles)}** | **{t.compiles_with_archive} / "
+                 f"{t.compiles_without_archive} min** | **{hours(t.core_with_archive)}** | "
+                 f"**{hours(t.core_without_archive)}** | **{hours(t.optional)}** |")
     return "\n".join(lines)
 
 
@@ -252,3 +308,5 @@ if __name__ == "__main__":  # prints what the docs paste in: python -m helpers.c
             print(number, intro_sentence(number))
         print(budget_table())
         print(workbook_sentence())
+        print(spare_sentence())
+        print(self_paced_sentence())
