@@ -8,6 +8,7 @@ import pytest
 from helpers.show.cost import (
     COST_DATA,
     NOT_STATED,
+    at_learners_rate,
     cost_rows,
     epoch_seconds,
     format_cost_rows,
@@ -63,6 +64,11 @@ def test_each_run_is_priced_at_its_own_instance_and_the_stand_in_at_none():
     assert unpriced_runs() == ("Not priced, the tutorial names no instance for it: "
                                "torchrun 1 worker, MpDeviceLoader (192 it/s)")
     assert "xla 10.0 s" in stand_in_epoch_times(results) and stand_in_epoch_times({}) == ""
+    learner = at_learners_rate(stand_in)  # the published trn1.32xlarge epochs at $1.34/h
+    epoch_s = {r["what"]: r["epoch_s"] for r in stand_in}["torchrun 2 workers"]
+    assert f"torchrun 2 workers ${epoch_s * 1.34 / 3600:.4f}" in learner and "$1.34/h on demand" in learner
+    assert "github.com/aws-neuron/neuron-workshops" in learner  # the rate cited
+    assert at_learners_rate([r for r in neuron if r["instance"] == "trn1.2xlarge"]) == ""
 
 
 def test_a_run_without_a_stated_instance_is_left_out_not_priced_at_a_guess():

@@ -223,8 +223,9 @@ def test_plot_stage_comparison_names_epochs_when_runs_differ_in_length(tmp_path)
     write_result(tmp_path, "torchrun_w2", epochs=1, steps=937, world_size=2)  # drop_last: 59,968
     write_result(tmp_path, "bf16_fp32", epochs=4, steps=600)  # cut short by --steps-this-run
     fig, rows = stages.plot_stage_comparison(tmp_path)
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
-        "cpu\n4 epochs", "torchrun_w2\n1 epoch", "bf16\nfp32\n0.32 epochs"]
+    ticks = fig.axes[0].get_xticklabels()
+    assert [t.get_text() for t in ticks] == ["cpu, 4 epochs", "torchrun_w2, 1 epoch", "bf16_fp32, 0.32 epochs"]
+    assert {t.get_rotation() for t in ticks} == {40}  # slanted: nine stages' names fit side by side
     assert [r["epochs"] for r in rows] == [4, 1, 0.32]
 
 
@@ -277,10 +278,11 @@ def test_plot_loss_curve_pairs_lists_and_ranks():
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["0", "1"]
     fig = plots.plot_loss_curve([4.0, 2.0, 0.0, 2.0], smooth=2)
     mean = fig.axes[0].lines[1].get_ydata()
-    assert list(mean) == [3.0, 1.0, 1.0]
+    assert list(mean) == [3.0, 1.0, 1.0, 2.0]  # centred, every step, the edges on what is there
+    assert plots.running_mean([1.0, 2.0, 3.0, 4.0, 5.0], 3) == [1.5, 2.0, 3.0, 4.0, 4.5]
     smoothed = plots.plot_loss_curve({m: [[0, 2.0], [1, 1.0], [2, 0.5]] for m in "abcde"}, smooth=2)
     assert [t.get_text() for t in smoothed.axes[0].get_legend().get_texts()] == [
-        f"{m} (mean of 2)" for m in "abcde"]  # one legend entry per series, not two
+        *(f"{m} (mean of 2)" for m in "abcde"), "faint: each read (one batch)"]  # one entry per series
     with pytest.raises(ValueError, match="empty"):
         plots.plot_loss_curve([])
 

@@ -209,16 +209,20 @@ def test_07s_measurement_with_a_busy_point_prints_no_crossover_but_what_to_do():
     cpu = machine.sweep((32, 128, 512))
     widths, fixed = payoff.TUTORIAL_WIDTHS, payoff.tutorial_fixed_s()
     share = 4 * TICK / (0.125 + 4 * TICK)
-    assert cpu[(128, widths)] == Timing(*[0.125 + 4 * TICK] * 3, 3, 0, share)  # steady, and wrong
+    slower = ("batch 128 at widths 120/84 (125 ms) took longer than batch 512 at widths 120/84 (1.95 ms), "
+              "which does more work (other work slowed it)")  # a step cannot fall as the batch grows 4x
+    assert cpu[(128, widths)] == Timing(*[0.125 + 4 * TICK] * 3, 3, 0, share, slower)  # steady, and wrong
+    assert "(busy)" in payoff.cpu_rows({(128, widths): cpu[(128, widths)]})[0][-1]
     found = payoff.find_crossover(cpu, core(fixed, 23.75e12), widths=widths)
     assert found.busy and found.faults == [
+        slower,
         "batch 128's steps had a CPU for 0% of their time (a usable point: at least 90%; other work "
         "held the cores)",
         "batch 128 (125 ms) took 1,028 times batch 32 (0.122 ms) for 4 times the FLOPs",
         "batch 512 (1.95 ms) ran faster than batch 128 (125 ms)"]
     text = found.why_not
-    assert text.startswith("no crossover printed: batch 128's steps had a CPU for 0%")
-    assert "; and 1 more:" in text and text.endswith(BUSY_ADVICE) and found.short == "busy machine"
+    assert text.startswith("no crossover printed: batch 128 at widths 120/84 (125 ms) took longer")
+    assert "; and 2 more:" in text and text.endswith(BUSY_ADVICE) and found.short == "busy machine"
     assert "re-run the CPU cell and this one" in BUSY_ADVICE
     # the instructor's page quotes it among the common failures
     page = " ".join((REPO_ROOT / "notebooks" / "README.md").read_text().split())

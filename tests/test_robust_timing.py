@@ -3,7 +3,14 @@ rejected, timed in rounds across the points, and the shape a line must have to p
 Fake clocks make every time exact: a step slowed on purpose is a known number of seconds."""
 import pytest
 
-from helpers.inside.robust_timing import MAX_SPREAD, Timing, line_faults, summarize, time_interleaved
+from helpers.inside.robust_timing import (
+    MAX_SPREAD,
+    Timing,
+    flag_slower_than_more_work,
+    line_faults,
+    summarize,
+    time_interleaved,
+)
 
 
 class FakeClock:
@@ -119,3 +126,16 @@ def test_a_line_flattened_by_waiting_is_a_busy_machines():
         "least 16 times)"]
     assert line_faults([(32, 1e6, quiet(0.48)), (8192, 256e6, quiet(7.7))], "batch") == []
     assert line_faults([(32, 1e6, quiet(0.48)), (8192, 256e6, quiet(7.6))], "batch") != []
+
+
+def test_a_point_slower_than_one_doing_more_work_is_marked_busy():
+    # notebook 07 on a loaded machine: batch 32 at 131 ms, steady (3 %), on a CPU all along
+    timed = {32: quiet(131.0), 128: quiet(0.81), 512: quiet(2.0), 2048: quiet(130.0, 0)}
+    flagged = flag_slower_than_more_work(timed, lambda a, b: b > a, name=lambda b: f"batch {b}")
+    assert flagged[32].busy_note == "batch 32 (131 ms) took longer than batch 128 (0.81 ms), which does more work (other work slowed it)"
+    assert not flagged[32].reliable and all(flagged[b].reliable for b in (128, 512, 2048))
+    assert "batch 32 (131 ms) took longer" in line_faults([(b, 4 ** i, t) for i, (b, t) in enumerate(flagged.items())],
+                                                          "batch")[0]
+    # within both spreads a point may be a little slower than a larger one
+    close = {32: quiet(1.0, 0.2), 128: quiet(0.95, 0.2)}
+    assert all(t.busy_note is None for t in flag_slower_than_more_work(close, lambda a, b: b > a).values())

@@ -64,6 +64,17 @@ def test_a_core_list_the_runtime_would_refuse_is_refused_first():
         take_neuron_cores(backend(), "0,2", {})
 
 
+def test_taking_a_core_later_rechecks_who_holds_the_device(machine):
+    """Notebook 06 takes core 0 after its torchrun runs: a neuron-top started since is named."""
+    proc, dev = machine
+    fake_process(proc, 10, ["/opt/aws/neuron/bin/neuron-top"], {3: dev / "neuron0"})
+    env = {}
+    with pytest.raises(NeuronCoresHeld, match="pid 10"):
+        take_neuron_cores(backend(), "0", env,
+                          recheck=lambda cores: refuse_other_holders(proc, dev, self_pid=99, cores=cores))
+    assert env == {}
+
+
 def test_the_cores_a_kernel_leaves_are_one_range_or_none():
     assert [remaining_cores(taken, total) for taken, total in (
         ("0", 2), ("0", 32), ("1", 2), ("0-1", 2), ("1", 3), ("0", 1))] == [

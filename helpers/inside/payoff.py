@@ -30,7 +30,7 @@ from helpers.inside.core_model import (  # noqa: F401  (notebook 07 and the test
     tutorial_fixed_s,
 )
 from helpers.inside.crossover import Crossing, find_crossover, sweep_line  # noqa: F401
-from helpers.inside.robust_timing import Timing, time_interleaved
+from helpers.inside.robust_timing import Timing, flag_slower_than_more_work, time_interleaved
 from helpers.show.cost import TUTORIAL_BATCH
 from mnist_mlp.model import MLP
 
@@ -76,7 +76,8 @@ def cpu_sweep(points, rounds: int = 5, warmup: int = 1, step=cpu_training_step,
     in rounds that visit every point in turn, with the share of the time they had a CPU
     (robust_timing.time_interleaved). With more than one thread, the probe point also runs on
     one: when its threads make it MAX_THREAD_SLOWDOWN times slower than one thread does, they
-    waited for cores other work held, and every point says so (Timing.busy_note)."""
+    waited for cores other work held, and every point says so (Timing.busy_note). A point slower
+    than one with a batch and widths none smaller is busy too (flag_slower_than_more_work)."""
     steps = {(batch, tuple(widths)): step(batch, tuple(widths)) for batch, widths in points}
     threads = torch.get_num_threads()
     probe_key = (probe[0], tuple(probe[1])) if probe else None
@@ -91,7 +92,18 @@ def cpu_sweep(points, rounds: int = 5, warmup: int = 1, step=cpu_training_step,
         note = (f"at batch {probe[0]} a step on {threads} threads took {many.median_s / one.median_s:.3g} "
                 f"times as long as on one (its threads waited for cores other work held)")
         timed = {key: replace(t, busy_note=note) for key, t in timed.items()}
-    return timed
+    return flag_slower_than_more_work(timed, _more_work, _point_name)
+
+
+def _more_work(a: tuple, b: tuple) -> bool:
+    """Whether point b's step does a's work and more: a batch and widths none smaller."""
+    (batch_a, widths_a), (batch_b, widths_b) = a, b
+    return a != b and batch_b >= batch_a and all(wb >= wa for wa, wb in zip(widths_a, widths_b))
+
+
+def _point_name(key: tuple) -> str:
+    batch, widths = key
+    return f"batch {batch:,} at widths {'/'.join(map(str, widths))}"
 
 
 def cpu_step_s(batch: int, widths=TUTORIAL_WIDTHS, rounds: int = 5) -> float:

@@ -15,13 +15,14 @@ work (no point faster than the one before it beyond both IQRs) and no faster tha
 allow (a step's time may grow up to MAX_GROWTH times as fast as its FLOPs: larger matrices
 leave the caches); from its first point to its last it grows at least as the square root of
 the FLOPs (a line flattened by waiting does not: its small steps were slowed the most).
-Otherwise a busy machine drew it, and it says where.
+Otherwise a busy machine drew it, and it says where. A point slower than one doing more work
+(flag_slower_than_more_work) is itself marked busy, on any line it belongs to.
 """
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 OUTLIER_MADS = 3.0
 MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation is 1.4826 MADs
@@ -96,6 +97,22 @@ def time_interleaved(steps: dict, rounds: int = 7, warmup: int = 2, min_visit_s:
                 if now - visit >= min_visit_s:
                     break
     return {key: summarize(times, cpu[key] if cpu_clock else None) for key, times in seconds.items()}
+
+
+def flag_slower_than_more_work(timed: dict, more_work, name=str) -> dict:
+    """{key: Timing} with a busy_note on each point whose steps took longer than those of a
+    point doing more work (more_work(a, b): b's step does a's work and more, e.g. 4 times the
+    batch), beyond both IQRs: a step cannot get faster as its work grows, so other work slowed
+    the point (a burst can slow one point's rounds alike and leave no spread)."""
+    flagged = dict(timed)
+    for key, t in timed.items():
+        larger = [(other, u) for other, u in timed.items() if more_work(key, other) and t.q1_s > u.q3_s]
+        if larger and t.busy_note is None:
+            other, u = larger[0]
+            note = (f"{name(key)} ({t.median_s * 1e3:.3g} ms) took longer than {name(other)} "
+                    f"({u.median_s * 1e3:.3g} ms), which does more work (other work slowed it)")
+            flagged[key] = replace(t, busy_note=note)
+    return flagged
 
 
 def line_faults(line: list, name: str) -> list[str]:

@@ -71,7 +71,8 @@ def remaining_cores(taken: str, total: int) -> str | None:
     return str(rest[0]) if len(rest) == 1 else f"{rest[0]}-{rest[-1]}"
 
 
-def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None) -> str:
+def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None,
+                      recheck=refuse_other_holders) -> str:
     """Give this kernel its NeuronCores before torch_xla is imported; return the line to print.
 
     On Neuron, NEURON_RT_VISIBLE_CORES becomes `neuron_cores` unless the environment already
@@ -79,6 +80,9 @@ def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None) -> s
     NeuronCore (its torchrun workers take them), so nothing is set. Raises CoresChosenTooLate
     when torch_xla is already imported and no value is set: on a Neuron host that import ran
     torch-neuronx's set-up, which read the runtime's variables then (docs/sources.md).
+    On Neuron it first re-checks who holds the cores (`recheck`, the core-holder rule): a kernel
+    that takes them after its first cell (notebook 06) may meet a neuron-top or a worker started
+    since.
     """
     env = os.environ if env is None else env
     if backend.name != "neuron":
@@ -93,6 +97,8 @@ def take_neuron_cores(backend: Backend, neuron_cores: str | None, env=None) -> s
         raise CoresChosenTooLate(TOO_LATE.format(variable=CORES_VARIABLE, cores=neuron_cores))
     if already:
         parse_core_list(already)
+    recheck(cores=already or neuron_cores)  # raises NeuronCoresHeld, naming each holder
+    if already:
         return (f"NeuronCores: this kernel takes {already} ({CORES_VARIABLE}={already} was already "
                 f"set in its environment, so it is kept instead of {neuron_cores})")
     env[CORES_VARIABLE] = neuron_cores

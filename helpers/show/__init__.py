@@ -9,6 +9,6 @@ __getattr__, __all__ = lazy_exports(__name__, {
     'tables': ['text_table'],
     'plots': ['show_digits', 'plot_loss_curve'],
     'progress': ['tqdm'],
-    'cost': ['cost_rows', 'format_cost_rows', 'load_cost_data', 'stand_in_epoch_times', 'trn1_figure',
+    'cost': ['at_learners_rate', 'cost_rows', 'format_cost_rows', 'load_cost_data', 'stand_in_epoch_times', 'trn1_figure',
              'unpriced_runs'],
 })

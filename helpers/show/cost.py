@@ -119,6 +119,19 @@ def cost_rows(results: dict, on_neuron: bool, data: dict | None = None,
     return rows
 
 
+def at_learners_rate(rows: list[dict], data: dict | None = None, instance: str = "trn1.2xlarge") -> str:
+    """Two lines: the epochs of cost_rows priced at another instance's rate, re-priced at
+    `instance`'s (the learner's trn1.2xlarge, on demand), on the assumption its NeuronCores run
+    them as fast (these runs use one or two cores; a trn1.2xlarge has two), and that rate's source."""
+    rate = price(instance, data)
+    runs = [f"{r['what']} ${r['epoch_s'] * rate.usd_per_hour / 3600:.4f}" for r in rows
+            if r["instance"] != instance]
+    if not runs:
+        return ""
+    return (f"The same epochs on a {instance} at {rate.short()}, if its two NeuronCores run them as "
+            f"fast: {'; '.join(runs)}\n  (rate: {rate.cite()})")
+
+
 def unpriced_runs(data: dict | None = None) -> str:
     """One line naming the tutorial's runs left out of the table: it names no instance for them."""
     runs = [f"{run['run']} ({run['throughput_it_s']:.0f} it/s)"

@@ -57,29 +57,43 @@ def _as_series(history) -> tuple[list[float], list[float]]:
     return [float(i) for i in range(len(points))], [float(v) for v in points]
 
 
+def running_mean(values: list[float], window: int) -> list[float]:
+    """The mean of `window` reads centred on each read; at the edges, of the reads there are. It
+    spans every step, so the smoothed line starts and ends with the series (a trailing mean
+    would start `window` reads late and lag a falling loss)."""
+    left, right = (window - 1) // 2, window // 2
+    spans = (values[max(0, i - left):i + right + 1] for i in range(len(values)))
+    return [sum(span) / len(span) for span in spans]
+
+
 def plot_loss_curve(history, *, title: str = "Training loss", smooth: int = 0):
     """Loss against step. history: [[step, loss], ...] or [loss, ...], or a dict of such
-    series by name (e.g. loss_history_by_rank) drawn on one axis. smooth > 1 adds a running
-    mean over that many points, which makes the trend readable over noisy batches."""
+    series by name (e.g. loss_history_by_rank) drawn on one axis. smooth > 1 adds a centred
+    running mean over that many reads (running_mean), which makes the trend readable over noisy
+    batches; the reads themselves stay, faint, with one legend entry for them all."""
     import matplotlib.pyplot as plt
-    import numpy as np
+    from matplotlib.lines import Line2D
 
     series = history if isinstance(history, dict) else {"loss": history}
     fig, ax = plt.subplots(figsize=(7, 3.5))
+    smoothed = False
     for name, values in series.items():
         steps, losses = _as_series(values)
         label = None if len(series) == 1 else str(name)
-        # Smoothed, the legend names the mean line only: one entry per series.
         line, = ax.plot(steps, losses, alpha=0.35 if smooth > 1 else 1.0,
                         label=None if smooth > 1 else label)
         if smooth > 1 and len(losses) >= smooth:
-            mean = np.convolve(losses, np.ones(smooth) / smooth, mode="valid")
-            ax.plot(steps[smooth - 1:], mean, color=line.get_color(),
+            smoothed = True
+            ax.plot(steps, running_mean(losses, smooth), color=line.get_color(),
                     label=f"{label or 'loss'} (mean of {smooth})")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(title)
     if len(series) > 1 or smooth > 1:
-        ax.legend()
+        handles, labels = ax.get_legend_handles_labels()
+        if smoothed:  # the faint lines: one entry says what they are
+            handles.append(Line2D([], [], color="grey", alpha=0.35))
+            labels.append("faint: each read (one batch)")
+        ax.legend(handles, labels)
     fig.tight_layout()
     return fig

@@ -102,11 +102,11 @@ def plot_stage_comparison(checkpoint_dir=None, through: str | None = None):
         raise FileNotFoundError(f"No {RESULTS_GLOB} in {directory}: run the stages first "
                                 f"(notebooks 01, 02, 04 and 05, or `make notebooks`).")
     rows = results_table(results)
-    labels = [r["stage"].replace("bf16_", "bf16\n", 1) for r in rows]  # long names: two lines
+    labels = [r["stage"] for r in rows]  # one line each, slanted below
     if len({r["epochs"] for r in rows}) > 1:  # runs of different lengths: say so under each bar
-        labels = [f"{label}\n{r['epochs']:g} epoch{'s' * (r['epochs'] != 1)}"
+        labels = [f"{label}, {r['epochs']:g} epoch{'s' * (r['epochs'] != 1)}"
                   for label, r in zip(labels, rows)]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.8))
     ax = axes[0]
     bars = ax.bar(labels, [r["throughput_it_s"] for r in rows], color="#4c72b0", label="per worker")
     ax.bar_label(bars, fmt="%.0f", fontsize=7)
@@ -128,8 +128,9 @@ def plot_stage_comparison(checkpoint_dir=None, through: str | None = None):
                  fmt="%.3f", fontsize=7)
     ax.set_ylim(0, 1.05)  # from 0: differences of a point or two should look like that
     ax.set_title("Test accuracy")
-    for ax in axes:
+    for ax in axes:  # slanted, so nine stages' names do not run into each other
         ax.tick_params(axis="x", labelsize=7)
+        plt.setp(ax.get_xticklabels(), rotation=40, ha="right", rotation_mode="anchor")
     fig.tight_layout()
     print(format_table(rows, TABLE_COLUMNS))
     return fig, rows
