@@ -85,3 +85,12 @@ def test_no_graph_asked_for_debug_metadata_is_read_from_a_cache_without_it(workb
     """The Explorer page: "Previously-cached NEFFs don't have this metadata"."""
     assert {n: r.cached_without_metadata for n, r in workbook_on_trn1.items()
             if r.cached_without_metadata} == {}
+
+
+def test_notebook_03s_second_run_shows_the_cache_hit_through_its_summary(workbook_on_trn1):
+    """03's second run prints only its summary (helpers.launch.processes.summary_only); its lesson
+    on a trn1 is the compiler wrapper's cache hit, which the double prints in today's form
+    (||NEURON_CC_WRAPPER||, after a date and a pid: tests/platform_output/corpus.yaml)."""
+    shown = [line for line in workbook_on_trn1["03"].outputs.splitlines() if "Using a cached neff" in line]
+    assert shown and all("INFO ||NEURON_CC_WRAPPER||: Using a cached neff at" in line for line in shown), (
+        workbook_on_trn1["03"].outputs[-3000:])
