@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cache.location import same_compiler_version, version_order
 from helpers.cache.precompile import parallel_compile_totals
 from helpers.cache.scan import scan_cache
 from helpers.inside.utilization import parse_neuron_monitor_report
 from helpers.launch.processes import SUMMARY_LINE
 from helpers.setup.core_holders import BUSY_CORE_MESSAGES
 from mnist_mlp.common.compile_cache import MODULE_DIR, VERSION_DIR, module_entries, module_state
+from mnist_mlp.common.compile_notice import CompileNotice
 from tests.platform_corpus import ABSENT, EXCERPTS, KINDS, TAGGED, Excerpt, newest, of_kind
 
 
@@ -144,6 +146,23 @@ def test_an_entry_holding_a_real_failure_text_reads_as_failed(excerpt, where, tm
     assert module_state(entry) == "failed"
     [scanned] = scan_cache(tmp_path).entries
     assert scanned.state == "failed"
+    if where == "model.neff":  # the scanner shows the stored failure, as the wrapper prints it back
+        assert scanned.failure.startswith("Failed compilation with ['neuronx-cc'")
+    # the compile notice: a graph that failed before this run began, named as such
+    notice = CompileNotice(cache_dir=tmp_path, poll_s=60).start()
+    notice.stop()
+    assert notice.still("failed") == [f"{entry.parent.name}/{entry.name}"]
+
+
+def test_every_real_compiler_version_directory_matches_its_installed_version():
+    """helpers.cache.location compares the installed neuronx-cc (its package version, no build)
+    with the cache's directory names (with +<build>), and orders them by release."""
+    dirs = sorted({v for e in of_kind("cache.layout") for v, _, _ in cache_paths(e) if v.startswith("neuronxcc-")})
+    assert len(dirs) >= 6, dirs
+    for name in dirs:
+        version = name.removeprefix("neuronxcc-")
+        assert same_compiler_version(version, version.split("+")[0]), name
+        assert version_order(version)[:2] == tuple(int(x) for x in version.split(".")[:2]), name
 
 
 def test_the_only_failed_entry_names_in_real_logs_are_what_the_reader_knows():
