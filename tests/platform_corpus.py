@@ -20,6 +20,7 @@ KINDS = {
     "wrapper.compile_failure": "a compile fails",
     "wrapper.cached_failure": "a graph whose cached compile failed before",
     "wrapper.lock_wait": "the wait on another process's lock",
+    "compiler.error": "neuronx-cc's own error line, with its error code",
     "parallel_compile.extract": "neuron_parallel_compile's trial names a graph",
     "parallel_compile.summary": "neuron_parallel_compile's closing totals",
     "parallel_compile.failure": "a compile failing under neuron_parallel_compile",

@@ -165,6 +165,18 @@ def test_every_real_compiler_version_directory_matches_its_installed_version():
         assert version_order(version)[:2] == tuple(int(x) for x in version.split(".")[:2]), name
 
 
+@pytest.mark.parametrize("text", [line for e in of_kind("compiler.error", "wrapper.cached_failure")
+                                  for line in e.lines if re.search(r"\[[A-Z_]+\d{3}\]", line)])
+def test_a_neff_holding_a_real_compiler_error_reads_as_failed(text, tmp_path):
+    """A model.neff whose text is neuronx-cc's error line (its code: [LUR015], [NLA001]) or the
+    wrapper's failure as a 2.15 log prints it back (after a space), not a program."""
+    entry = tmp_path / "neuronxcc-2.15.141.0+d3cfc8ca" / "MODULE_d3007680bbf6cce0a595+4497a662"
+    entry.mkdir(parents=True)
+    (entry / "model.hlo_module.pb").write_bytes(b"\x08\x01hlo")
+    (entry / "model.neff").write_text(text + "\n")
+    assert module_state(entry) == "failed"
+
+
 def test_the_only_failed_entry_names_in_real_logs_are_what_the_reader_knows():
     names = {rest.strip("/") for e in of_kind("cache.failed_entry") for _, _, rest in cache_paths(e)}
     assert names <= {"model.neff", "model.log", "model.done"}, names
