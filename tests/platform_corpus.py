@@ -29,6 +29,7 @@ KINDS = {
     "runtime.busy_core": "the runtime's error when a NeuronCore is held by another process",
     "runtime.worker_output": "what a training worker prints on Neuron",
     "monitor.report": "neuron-monitor's JSON report",
+    "packages.installed": "the Neuron packages' installed versions, as pip lists them",
     "explorer.output": "what neuron-explorer prints or writes",
 }
 # The tag-and-message form of a wrapper line: "INFO ||NEURON_CC_WRAPPER||: Using a cached neff at"

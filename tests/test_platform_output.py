@@ -16,6 +16,7 @@ from helpers.cache.scan import scan_cache
 from helpers.inside.utilization import parse_neuron_monitor_report
 from helpers.launch.processes import SUMMARY_LINE
 from helpers.setup.core_holders import BUSY_CORE_MESSAGES
+from helpers.setup.environment_checks import check_pins
 from mnist_mlp.common.compile_cache import MODULE_DIR, VERSION_DIR, module_entries, module_state
 from mnist_mlp.common.compile_notice import CompileNotice
 from tests.platform_corpus import ABSENT, EXCERPTS, KINDS, TAGGED, Excerpt, newest, of_kind
@@ -193,6 +194,19 @@ def test_neuron_monitors_report_is_read_per_core(excerpt):
     sample = parse_neuron_monitor_report(json.dumps(report), time_s=0.0)
     assert sample.busy_percent == {"NeuronCore 0": 42.01, "NeuronCore 1": 42.02}
     assert sample.errors == []
+
+
+@pytest.mark.parametrize("excerpt", of_kind("packages.installed"), ids=excerpt_id)
+def test_installed_versions_with_their_build_label_match_their_pins(excerpt, tmp_path, monkeypatch):
+    """Neuron's wheels install as <version>+<build> (torch-neuronx 2.9.0.2.13.26312+8e870898);
+    requirements-neuron.txt pins <version>: the version-pin check takes one for the other."""
+    installed = dict(line.split() for line in excerpt.lines)
+    pins = tmp_path / "requirements-neuron.txt"
+    pins.write_text("".join(f"{name}=={version.split('+')[0]}\n" for name, version in installed.items()))
+    monkeypatch.setattr("importlib.metadata.version", installed.__getitem__)
+    result = check_pins(requirement_files=(pins,), packages=tuple(installed))
+    assert result.ok, result.message
+    assert "torch-neuronx 2.9.0.2.13.26312+8e870898" in result.message
 
 
 def squeeze(text: str) -> str:
