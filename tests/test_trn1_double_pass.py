@@ -114,3 +114,12 @@ def test_a_core_holding_kernel_left_open_is_named_by_the_next_notebooks_setup(wo
     assert refusal and "NeuronCoresHeld" in refusal, refusal
     assert f"pid {workbook_on_trn1['02'].kernel_pid}" in refusal and "shut" in refusal, refusal
     assert workbook_on_trn1["03"].error is None
+
+
+def test_notebook_03s_second_run_shows_the_cache_hit_through_its_summary(workbook_on_trn1):
+    """03's second run prints only its summary (helpers.launch.processes.summary_only); its lesson
+    on a trn1 is the compiler wrapper's cache hit, which the double prints in today's form
+    (||NEURON_CC_WRAPPER||, after a date and a pid: tests/platform_output/corpus.yaml)."""
+    shown = [line for line in workbook_on_trn1["03"].outputs.splitlines() if "Using a cached neff" in line]
+    assert shown and all("INFO ||NEURON_CC_WRAPPER||: Using a cached neff at" in line for line in shown), (
+        workbook_on_trn1["03"].outputs[-3000:])

@@ -26,10 +26,12 @@ CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
 FAILURE_MAX_BYTES = 4096  # of a failed NEFF's text, read and shown
 NEFF_HEADER = struct.Struct("<QQQ")  # packaging version (1 or 2), header size (1024), data size
 NEFF_HEADER_SIZE = 1024
-# What the wrapper's failure text holds (libneuronxla writes "Failed compilation with <argv>: <error>";
-# neuronx-cc's own log ends "Compiler status ERROR"; its error codes read [NCC_XXXX000]).
-FAILURE_MARKERS = (re.compile(r"\AFailed compilation with "), re.compile(r"Compiler status ERROR"),
-                   re.compile(r"\[NCC_[A-Z]{4}\d{3}\]"))
+# What the wrapper's failure text holds (libneuronxla writes "Failed compilation with <argv>: <error>",
+# and a 2.15 log prints it back after a space; neuronx-cc's own log ends "Compiler status ERROR";
+# its error codes read [NCC_XXXX000] in the docs and [NLA001], [LUR015] in users' logs:
+# tests/platform_output/corpus.yaml).
+FAILURE_MARKERS = (re.compile(r"\A\s*Failed compilation with "), re.compile(r"Compiler status ERROR"),
+                   re.compile(r"\[(?:NCC_[A-Z]{4}|[A-Z]{3})\d{3}\]"))
 VERSION_DIR = re.compile(r"neuronxcc-(?P<version>.+)")
 MODULE_DIR = re.compile(r"MODULE_(?P<module>[0-9a-fA-F]+)\+(?P<flags>[0-9a-fA-F]+)")
 _TEXT_CONTROLS = frozenset(b"\t\n\r")

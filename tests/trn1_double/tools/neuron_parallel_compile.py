@@ -9,19 +9,20 @@ its source runs"), default command collect-and-compile only:
   it compiled (a trial over a warm cache names its graphs and the totals count none: the
   source's reading; what a trn1 prints there is not in the sources);
 - the exit status: the number of failed compilations.
-Info lines carry the prefix the docs show ("INFO ||NEURON_PARALLEL_COMPILE||: "); an error
-line's prefix is not in the sources ("ERROR" in its place).
+Info lines carry the prefix the docs' newest log shows ("<date> <time>:  <pid>  INFO
+||NEURON_PARALLEL_COMPILE||: ", 2024-11: tests/platform_output/corpus.yaml); an error line's
+prefix is not in the sources ("ERROR" in its place).
 """
 import os
 import subprocess
 import sys
 
 from trn1_platform import compile_cache
-from trn1_platform.rules import NPC_PREFIX
+from trn1_platform.rules import NPC_PREFIX, stamped
 
 
 def say(line: str, error: bool = False) -> None:
-    print((NPC_PREFIX.replace("INFO", "ERROR", 1) if error else NPC_PREFIX) + line, flush=True)
+    print(stamped((NPC_PREFIX.replace("INFO", "ERROR", 1) if error else NPC_PREFIX) + line), flush=True)
 
 
 command = sys.argv[1:]

@@ -125,12 +125,19 @@ def matches(variable: str, graph_hash: str, env=None) -> bool:
     return False
 
 
+def work_directory() -> str:
+    """The wrapper's work directory for one compile, as public logs show it
+    (/tmp/<user>/neuroncc_compile_workdir/<uuid>)."""
+    return f"/tmp/{os.environ.get('USER', 'no-user')}/neuroncc_compile_workdir/{uuid.uuid4()}"
+
+
 def failure_text(entry: Path, error: str) -> bytes:
     """The wrapper's stored failure, in the shape of a public cache's model.log (docs/sources.md,
-    "A failed compile's stored text"): the compiler's argv on files in the wrapper's work
-    directory, as public logs show it (/tmp/<user>/neuroncc_compile_workdir/<uuid>/model.<key>.*)."""
-    work = f"/tmp/{os.environ.get('USER', 'no-user')}/neuroncc_compile_workdir/{uuid.uuid4()}"
-    argv = ["neuronx-cc", "--target=trn1", "compile", "--framework", "XLA",
+    "A failed compile's stored text") and of the text a 2.15 log prints back from a failed entry
+    (tests/platform_output/corpus.yaml, sdk-1023): the compiler's argv in that log's order, on
+    files in the wrapper's work directory."""
+    work = work_directory()
+    argv = ["neuronx-cc", "compile", "--target=trn1", "--framework=XLA",
             f"{work}/model.{entry.name}.hlo_module.pb", "--output", f"{work}/model.{entry.name}.neff",
             *rules.compiler_flags()]
     return f"Failed compilation with {argv}: {error}\n".encode()
@@ -200,11 +207,13 @@ def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
     waiting_since = None
     while True:
         if is_failed(entry) and not rules.cache_flag("--retry_failed_compilation"):
-            say(rules.CACHED_FAILURE_LINE.format(neff=shown(neff)))
+            failure = (entry / FAILURE_LOG).read_text(errors="replace").strip()
+            line = rules.stamped(rules.CACHED_FAILURE_LINE.format(neff=shown(neff), failure=failure))
+            say(line)
             journal("cached-failure", key=key)
-            raise RuntimeError(rules.CACHED_FAILURE_LINE.format(neff=shown(neff)))
+            raise RuntimeError(line)
         if neff.exists() and (entry / "model.done").exists():
-            say(rules.CACHED_NEFF_LINE.format(neff=shown(neff)))
+            say(rules.stamped(rules.CACHED_NEFF_LINE.format(neff=shown(neff))))
             journal("cached", key=key, **_metadata(neff))
             return
         if take_lock(entry):
@@ -215,9 +224,15 @@ def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
             journal("waiting", key=key)
         if int((now - waiting_since) // 60) > said:  # once a minute, as the reports show it
             said = int((now - waiting_since) // 60)
-            say(rules.WAITING_LINE.format(key=entry.name, minutes=(now - waiting_since) / 60))
+            say(rules.stamped(rules.WAITING_LINE.format(key=entry.name, minutes=(now - waiting_since) / 60)))
         time.sleep(WAIT_POLL_S)
-    compile_with_retries(entry, graph_hash, hlo, key)
+    work = f"{work_directory()}/model.{entry.name}"
+    say(rules.stamped(rules.COMPILE_START_LINE.format(hlo=f"{work}.hlo_module.pb", neff=f"{work}.neff")))
+    try:
+        compile_with_retries(entry, graph_hash, hlo, key)
+    except RuntimeError as error:  # the wrapper's ERROR line, then the failure reaches the caller
+        say(rules.stamped(rules.COMPILE_FAILED_LINE.format(failure=error)))
+        raise
     for line in rules.COMPILED_LINES:
         say(line)
     journal("compiled", key=key, cached=True, **({"debug": True} if debug_requested() else {}))
@@ -276,7 +291,7 @@ def compile_named(paths: list[str], say=print) -> dict[str, bool]:
                 break
             except RuntimeError as error:
                 status[path] = False
-                if attempt == retries:  # the wrapper's lines in a public log (docs/sources.md)
-                    say(f"Process {os.getpid()} failed compilation: {error}")
-                    say(f"Compilation failed for {path} after {retries} retries.")
+                if attempt == retries:  # the wrapper's two lines for a failed compile
+                    say(rules.stamped(rules.COMPILE_FAILED_LINE.format(failure=error)))
+                    say(rules.stamped(rules.RETRIES_SPENT_LINE.format(path=path, retries=retries)))
     return status

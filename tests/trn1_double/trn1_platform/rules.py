@@ -3,6 +3,7 @@
 Only what the cited sources state; where they are silent the double says so here and does the
 simplest thing, never a guess presented as Neuron's behaviour.
 """
+import datetime
 import os
 import re
 import shlex
@@ -12,8 +13,9 @@ PLATFORM_ROOT_ENV = "WORKBOOK_PLATFORM_ROOT"
 NEURONX_CC_VERSION = "2.26.6360.0"  # docs/sources.md: "Neuron 2.31's packages"
 # docs/sources.md, "A cache hit, and the cache key": every documented and publicly logged cache
 # path names the compiler as neuronxcc-<version>+<build hash> (neuronxcc-2.12.54.0+f631c2365);
-# the build hash of 2.26.6360.0 is not in the sources: the double writes one of its own.
-NEURONX_CC_BUILD = "d0ub1e26"
+# the build hash of 2.26.6360.0 is not in the sources: the double writes one of its own, 8 hex
+# digits as in the newest logs (neuronxcc-2.15.128.0+56dc5a86, neuronxcc-2.15.141.0+d3cfc8ca).
+NEURONX_CC_BUILD = "d0ab1e26"
 VERSION_DIR = f"neuronxcc-{NEURONX_CC_VERSION}+{NEURONX_CC_BUILD}"
 
 # docs/sources.md, "By default a process's Neuron runtime reserves every NeuronCore present,
@@ -24,18 +26,39 @@ RESERVES_EVERY_VISIBLE_CORE_UNTIL_EXIT = True
 # asked for and how many of them were free (how the runtime counts Available is not stated).
 BUSY_CORE_LINE = ("ERROR NRT:nrt_allocate_neuron_cores NeuronCore(s) not available - "
                   "Requested:nc{first}-nc{last} Available:{available}")
-# docs/sources.md, "A cache hit, and the cache key" (neuron-caching.html).
-CACHED_NEFF_LINE = ("INFO ||NCC_WRAPPER||: Using a cached neff at {neff}. Exiting with a "
+# The compiler wrapper's lines in the newest form real logs show (tests/platform_output/corpus.yaml;
+# docs/sources.md, "The compiler wrapper's lines: the docs' 2023 form and today's"): the tag
+# ||NEURON_CC_WRAPPER|| from neuronxcc 2.12 on (the caching page's 2023 examples say
+# ||NCC_WRAPPER||), ERROR for a failure (2.15 logs), each line after "<date> <time>:  <pid>  ".
+COMPILE_START_LINE = ("INFO ||NEURON_CC_WRAPPER||: Call compiler with cmd: neuronx-cc compile "
+                      "--target=trn1 --framework=XLA {hlo} --output {neff} --verbose=35")
+CACHED_NEFF_LINE = ("INFO ||NEURON_CC_WRAPPER||: Using a cached neff at {neff}. Exiting with a "
                     "successfully compiled graph.")
-CACHED_FAILURE_LINE = ("INFO ||NCC_WRAPPER||: Got a cached failed neff at {neff}. Will skip "
-                       "compilation, please set --retry_failed_compilation for recompilation.")
-# docs/sources.md, "train.py's first run compiles two graphs in about 3 minutes (2022 log)":
-# the lines that close one compile in the tutorial's log.
-COMPILED_LINES = ("Compiler status PASS",
-                  "INFO ||NCC_WRAPPER||: Exiting with a successfully compiled graph")
-# Not in the Neuron docs: learners' reports of a lock left by a killed compile (docs/sources.md,
-# "A lock left by a killed compile makes the next compile of that graph wait").
-WAITING_LINE = "INFO ||NCC_WRAPPER||: Another process must be compiling {key}, been waiting for: {minutes:.1f} minutes"
+# 2.15: the message, ": ", then on the next line the failure text the entry stored.
+CACHED_FAILURE_LINE = ("ERROR ||NEURON_CC_WRAPPER||: Got a cached failed neff at {neff}. Will skip "
+                       "compilation, please set --retry_failed_compilation for recompilation: \n {failure}")
+COMPILE_FAILED_LINE = "ERROR ||NEURON_CC_WRAPPER||: {failure}"
+# Then the retries spent: the words of a 2023 log (INFO ||NCC_WRAPPER||, docs/sources.md, "A compile
+# that fails after its retries"); a 2024 log's line starts "ERROR ||NEURON_CC_WRAPPER||: Compilation
+# failed for /tmp/…" (optimum-neuron issue 698), its end not shown.
+RETRIES_SPENT_LINE = "ERROR ||NEURON_CC_WRAPPER||: Compilation failed for {path} after {retries} retries."
+# What closes a compile in every log from 2023 on (the 2022 tutorial's "Exiting with a
+# successfully compiled graph" after it is in no later log).
+COMPILED_LINES = ("Compiler status PASS",)
+# Not in the Neuron docs nor in a public log with a URL: learners' reports of a lock left by a
+# killed compile (docs/sources.md, "A lock left by a killed compile makes the next compile of that
+# graph wait"); its tag is inferred from the wrapper's other lines.
+WAITING_LINE = ("INFO ||NEURON_CC_WRAPPER||: Another process must be compiling {key}, been waiting "
+                "for: {minutes:.1f} minutes")
+
+
+def stamped(line: str, pid: int | None = None) -> str:
+    """A wrapper line as it prints it: "2024-01-04 14:33:59.000492:  4197  INFO ||…||: …"."""
+    now = datetime.datetime.now()
+    return (f"{now:%Y-%m-%d %H:%M:%S}.{now.microsecond // 1000:06d}:  "
+            f"{os.getpid() if pid is None else pid}  {line}")
+
+
 # docs/sources.md, "neuron_parallel_compile as its source runs": the trial's line that names a
 # graph, as the docs show it (the tool parses "Extracting graphs (<path>)").
 EXTRACTING_LINE = ("INFO ||NEURON_CC_WRAPPER||: Extracting graphs ({path}) for ahead-of-time "
