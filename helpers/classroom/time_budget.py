@@ -91,14 +91,14 @@ class Reading:
 
 
 READING = {  # python -m helpers.classroom.time_budget --counts prints them afresh
-    "00": Reading(692, 24),
-    "01": Reading(797, 111),
-    "02": Reading(1294, 133),
-    "03": Reading(1150, 146, 56, 7),
-    "04": Reading(1122, 72, 104, 24),
-    "05": Reading(954, 124),
-    "06": Reading(1077, 104, 130, 18),
-    "07": Reading(774, 92, 58, 21),
+    "00": Reading(701, 24),
+    "01": Reading(790, 111),
+    "02": Reading(1227, 133),
+    "03": Reading(1032, 146, 56, 7),
+    "04": Reading(1068, 73, 124, 24),
+    "05": Reading(929, 123),
+    "06": Reading(1016, 107, 142, 20),
+    "07": Reading(792, 92, 58, 21),
 }
 
 # Seconds its cells run on a trn1, compiles aside: (core path, optional sections), inferred as the
