@@ -169,7 +169,8 @@ def graph_list(notebook: str, path: Path | None = None) -> str:
                f"With the classroom archive the {saved} it holds are cache hits instead.")
     table = text_table(rows, ["graph", "archive", "new because"], rule=True).splitlines()
     lines = [f"neuronx-cc runs {c.compiles} times on a trn1, once for each graph below, each under "
-             f"its section's heading.\n{archive}", *("  " + t for t in table[:2])]
+             f"its section's heading (counted on the stand-in and a simulated trn1, not on a real "
+             f"one).\n{archive}", *("  " + t for t in table[:2])]
     for index, (heading, row) in enumerate(zip(sections, table[2:])):
         if index == 0 or sections[index - 1] != heading:
             lines.append(heading)

@@ -16,12 +16,12 @@ def check_compile_counters(compiles, compile_seconds) -> Feedback:
     data = met.metric_data("CompileTime")
     samples, total_s = (data[0], data[1] / 1e9) if data else (0, 0.0)
     hint = ("met.metric_data('CompileTime') returns (number of samples, total in nanoseconds, "
-            "...): one sample per new graph.")
+            "...): one sample per new lazy graph (eager mode's are in EagerOpCompileTime).")
     count, seconds = number(compiles), number(compile_seconds)
     if count is None or seconds is None:
         return Feedback(name, NOT_YET, "set compiles and compile_seconds, then run this cell.", hint)
     if count == samples and abs(seconds - total_s) <= max(0.01, 0.02 * total_s):
-        return Feedback(name, RIGHT, f"{samples} new graphs, {total_s:.2f} s to compile or load them "
+        return Feedback(name, RIGHT, f"{samples} new lazy graphs, {total_s:.2f} s to compile or load them "
                         "in this process. On a trn1 each was a compile (a neuronx-cc run) or a "
                         "cache hit.")
     return Feedback(name, WRONG, f"you said {compiles} new graphs and {compile_seconds} s.", hint)
