@@ -401,6 +401,16 @@ def test_the_pass_judges_graphs_compiled_utilization_and_the_explorer_summary_ag
         "'Graphs compiled", "utilization series [0, 1]", "Explorer summary (5 file(s) in /tmp/x/neuron-explorer)"]
 
 
+@pytest.fixture
+def environ_restored():
+    """The set-up writes os.environ itself (NEURON_RT_VISIBLE_CORES, NEURON_PJRT_*, PJRT_LOCAL_*):
+    every variable goes back as it was, set or unset, for the tests after these in this worker."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def set_up_module():
     """The double's torch_neuronx/xla.py alone: its package's __init__ imports torch_xla, whose
     import on the instance would start the double's runtime in this test process. The double's
@@ -426,7 +436,8 @@ def set_up_module():
     ({"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NEURON_RT_VISIBLE_CORES": "1"}, "1"),
     ({"TORCHELASTIC_RUN_ID": "r", "LOCAL_RANK": "0", "XLA_USE_SPMD": "1", "NEURON_RT_VISIBLE_CORES": "0-1"}, "0-1"),
 ])
-def test_the_set_up_gives_each_process_its_cores_as_torch_xla_2_9_does(rules, monkeypatch, env, visible):
+def test_the_set_up_gives_each_process_its_cores_as_torch_xla_2_9_does(rules, monkeypatch, environ_restored,
+                                                                          env, visible):
     xla = set_up_module()
     for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "XLA_USE_SPMD",
                  "NEURON_RT_VISIBLE_CORES", "NEURON_PJRT_WORLD_SIZE", "NEURON_PJRT_PROCESSES_NUM_DEVICES"):
@@ -437,7 +448,7 @@ def test_the_set_up_gives_each_process_its_cores_as_torch_xla_2_9_does(rules, mo
     assert os.environ.get("NEURON_RT_VISIBLE_CORES") == visible
 
 
-def test_an_inherited_range_not_one_core_per_worker_stops_the_set_up(rules, monkeypatch):
+def test_an_inherited_range_not_one_core_per_worker_stops_the_set_up(rules, monkeypatch, environ_restored):
     xla = set_up_module()
 
     monkeypatch.delenv("XLA_USE_SPMD", raising=False)
