@@ -74,11 +74,24 @@ def wait_until_open(page, server, notebook_name: str, timeout: float = 120.0) ->
     wait_for_kernel_idle(server, notebook_name, timeout)
 
 
-def click_menu(page, menu: str, item: str) -> None:
-    """Menu bar `menu` > `item`, by their visible labels."""
-    page.get_by_role("menuitem", name=menu, exact=True).click()
+def click_menu(page, menu: str, item: str, guard_s: float = 120.0) -> None:
+    """Menu bar `menu` > `item`, by their visible labels. A click on the menu bar that lands while
+    JupyterLab is busy (a notebook opening, a kernel starting) may leave the menu shut: it is
+    opened again until the item shows, with a guard deadline only."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     # An item's accessible name may end with its shortcut ("Save Notebook Ctrl+S").
-    page.get_by_role("menuitem", name=re.compile(rf"^{re.escape(item)}\b")).first.click()
+    entry = page.get_by_role("menuitem", name=re.compile(rf"^{re.escape(item)}\b")).first
+    deadline = time.monotonic() + guard_s
+    while True:
+        page.get_by_role("menuitem", name=menu, exact=True).click()
+        try:
+            entry.wait_for(state="visible", timeout=5_000)
+            break
+        except PlaywrightTimeout:
+            assert time.monotonic() < deadline, f"the menu {menu} > {item} never showed in {guard_s:.0f} s"
+            page.keyboard.press("Escape")  # shut whatever opened, then open the menu again
+    entry.click()
 
 
 def prompts(page) -> list[str]:
