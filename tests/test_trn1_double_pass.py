@@ -89,6 +89,8 @@ def test_every_platform_line_is_what_the_journal_says_its_process_held(workbook_
     assert {n: r.set_after_read for n, r in workbook_on_trn1.items() if r.set_after_read} == {}
     assert {n: r.wrong_platform_lines for n, r in workbook_on_trn1.items() if r.wrong_platform_lines} == {}
     assert sum(len(r.platform_lines) for r in workbook_on_trn1.values()) >= 8  # lines were judged
+    judged = [line for r in workbook_on_trn1.values() for line in r.platform_lines + r.undecided_platform_lines]
+    assert any(line.startswith("'New graphs: ") for line in judged), judged  # the scripts' own line, read
 
 
 def test_no_graph_asked_for_debug_metadata_is_read_from_a_cache_without_it(workbook_on_trn1):

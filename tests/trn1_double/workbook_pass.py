@@ -27,7 +27,7 @@ SHUT_DOWN_BEFORE = re.compile(r"[Bb]efore notebook (\d\d), shut this kernel down
 # "compiles **11 new graphs**", "runs `neuronx-cc` **7 times**": what the introduction promises.
 STATED_COMPILES = re.compile(r"\*\*(\d+)\s+(?:new\s+graphs|graphs|times)\*\*")
 # mnist_mlp.common.results.finish_run's line, every rank (a torchrun rank's behind its prefix)
-GRAPHS_COMPILED = re.compile(r"^(?:\[rank\d+\]: )?(?:\[rank \d+\] )?Graphs compiled: (\d+) \(compile time", re.M)
+NEW_GRAPHS = re.compile(r"^(?:\[rank\d+\]: )?(?:\[rank \d+\] )?New graphs: (\d+) \(compiled or loaded", re.M)
 # notebook 06's utilization widget, as its cell prints the source and the series it drew
 UTILIZATION = re.compile(r"^source: (.*?); series: \[(.*)\]$", re.M)
 # the double's neuron-explorer `view` (tests/trn1_double/tools/neuron_explorer.py)
@@ -117,7 +117,7 @@ def judge_platform_lines(result: NotebookOnDouble, events: list[dict]) -> None:
 
 
 def judge_run_lines(result: NotebookOnDouble, events: list[dict]) -> None:
-    """The run lines a notebook printed against the journal: each "Graphs compiled: N" (a
+    """The run lines a notebook printed against the journal: each "New graphs: N" (a
     script's or a torchrun rank's) matched by one script process that handed at least N graphs
     to the Neuron compile path (it prints before its test pass compiles more; a process whose
     all-reduce the double ran outside the graph counts graphs no trn1 does: undecided); notebook
@@ -132,8 +132,8 @@ def judge_run_lines(result: NotebookOnDouble, events: list[dict]) -> None:
     exact = sorted(n for pid, n in graphs.items() if pid not in split)
     undecided = sorted(n for pid, n in graphs.items() if pid in split)
     # the largest first, each taking the smallest count that covers it: every line finds one if any can
-    for printed in sorted((int(m[1]) for m in GRAPHS_COMPILED.finditer(result.outputs)), reverse=True):
-        line = f"'Graphs compiled: {printed}'"
+    for printed in sorted((int(m[1]) for m in NEW_GRAPHS.finditer(result.outputs)), reverse=True):
+        line = f"'New graphs: {printed}'"
         if (match := next((n for n in exact if n >= printed), None)) is not None:
             exact.remove(match)
             result.platform_lines.append(f"{line}: a script process handed {match} graphs to the compile path")
