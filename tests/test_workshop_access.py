@@ -637,7 +637,7 @@ def test_the_checklists_policy_files_are_the_expanded_policies(tmp_path):
 # The pre-class checklist's step in lab 01's terminal (docs/workshop-stack.md): the calls it names
 # before "refused" must be refused to lab 01's role at home, the calls after it allowed. The step
 # once promised that lab 01's own token is refused, which stopped being true when the lab came to
-# read it (issue 54); an instructor would take the stack for broken, or learn to shrug at a step.
+# read it; an instructor would take the stack for broken, or learn to shrug at a step.
 LAB_TERMINAL_STEP = re.compile(r"In lab 01's JupyterLab terminal:(.*?)Then copy", re.DOTALL)
 SSM_PARAMETER_CALL = re.compile(r"`aws ssm (get-parameter|put-parameter) --name /([^/`\s]+)/lab(\d\d)/jupyter-token")
 CLI_ACTIONS = {"get-parameter": "ssm:GetParameter", "put-parameter": "ssm:PutParameter"}
@@ -666,7 +666,7 @@ def test_the_checklists_lab_terminal_step_is_what_the_lab_role_decides():
     (step,) = LAB_TERMINAL_STEP.findall(page)
     stack = expand(2)
     check_the_checklists_lab_terminal_step(step, stack)
-    # Seeded: the step as issue 54 left it (lab 01's own token among the refusals) fails, and so
+    # Seeded: the step as it read before the lab role read its token (lab 01's own token among the refusals) fails, and so
     # does the page against a lab role that no longer reads its own token.
     stale = (" `aws ssm get-parameter --name /trn-class/lab01/jupyter-token` and `aws ssm put-parameter"
              " --name /trn-class/lab02/jupyter-token --type String --overwrite --value x` are both refused. ")

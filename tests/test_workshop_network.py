@@ -1,4 +1,4 @@
-"""The class's first morning, on the expanded template for 3 and 40 seats (issue 54): every lab
+"""The class's first morning, on the expanded template for 3 and 40 seats: every lab
 waits for the stack's VPC endpoints, every call its Systems Manager agent makes on its own schedule
 is allowed (so none is denied and mailed as an alert), and the user data checks the way out before
 anything needs it: a subnet with no route to the internet, or a classroom cache in a bucket of

@@ -3,7 +3,7 @@ deploy/workshop.yaml, opens one in IAM (or is a policy the evaluator cannot read
 tests/test_workshop_access.py, run in-process on the mutated template (a class of three), fail.
 The first four are the edits that an evaluator failing open let through (issue 49); the fifth
 takes away the statement that keeps a lab's credentials in its VPC. Then one edit of each kind
-issue 54 named, several forms each: a policy outside the role's own Policies (an AWS::IAM::Policy,
+that grant a learner another's lab, several forms each: a policy outside the role's own Policies (an AWS::IAM::Policy,
 ManagedPolicy or RolePolicy naming the role, the stack's managed policy in ManagedPolicyArns, and
 forms the checks do not read); an Allow conditioned on a key every signed request carries
 (aws:SecureTransport, aws:RequestedRegion, aws:PrincipalAccount, aws:PrincipalArn); a trust policy
@@ -148,7 +148,7 @@ MUTANTS = {
         "Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/${AWS::StackName}/*"}}}),
     # Kind 3: a trust policy naming another seat's role, as the stack makes it.
     "a trust policy naming lab 01's role": trust_also_the_role_of("Lab01Role"),
-    # The lab role's own narrowings (issue 54, items 3 and 5), each taken away.
+    # The lab role's own narrowings (its association calls, its own source address), each taken away.
     "the association poll of every instance": lab_statement_edit("OwnInstanceAssociations", drop_condition=True),
     "lab credentials that work from any host of the VPC": lab_statement_edit("CredentialsStayOnTheLab"),
 }
@@ -227,7 +227,7 @@ def test_the_seeded_conditions_open_a_real_path_in_iam():
 
 
 def test_the_seeded_kinds_open_a_real_path_in_iam():
-    """Each kind of issue 54 gives learner 01 lab 02 in IAM, as AWS evaluates a real request:
+    """Each kind of edit gives learner 01 lab 02 in IAM, as AWS evaluates a real request:
     the separate policies' Allow reaches the role; the global-key conditions hold in the context
     every signed request carries (tests/test_workshop_access.py, realistic()); lab 01's role,
     whose credentials a learner on lab 01 holds, assumes learner 02's role."""

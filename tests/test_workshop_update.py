@@ -1,4 +1,4 @@
-"""A class stack survives a stack update (issue 54): decided as CloudFormation decides it, from the
+"""A class stack survives a stack update: decided as CloudFormation decides it, from the
 resource schemas cfn-lint ships (the CloudFormation registry's schemas: a change to a property
 listed in createOnlyProperties, or in conditionalCreateOnlyProperties while the update method
 replaces, replaces the resource; a resource with a name of its own cannot be replaced, and the

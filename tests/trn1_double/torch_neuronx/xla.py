@@ -7,7 +7,7 @@ is installed, and runs its own `_internal/neuron.py` set-up only without it.
 What `init()` does to the cores at torch-neuronx 2.9: docs/sources.md, "How torch-neuronx 2.9
 sets up a process's cores". torch-neuronx's own code at that release is not public. The double
 follows torch-xla 2.9's `_internal/neuron.py` (`configure_pjrt_environment` and
-`neuron_utils.remap_visible_cores`), written by AWS's Neuron engineers in 2024 (pytorch/xla#7952),
+`neuron_utils.remap_visible_cores`), the Neuron set-up torch-xla took in 2024 (pytorch/xla#7952),
 after which torch-xla stopped running it beside torch-neuronx's because it set the same
 environment again (pytorch/xla#8041). The only public copy of torch-neuronx's `xla.py`, which sets
 `NEURON_RT_NUM_CORES=1`, is older: it writes `NEURON_PJRT_PROCESSES_NUM_DEVICES`, the variable
