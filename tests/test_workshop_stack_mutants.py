@@ -3,7 +3,7 @@ deploy/workshop.yaml, opens one in IAM (or is a policy the evaluator cannot read
 tests/test_workshop_access.py, run in-process on the mutated template (a class of three), fail.
 The first four are the edits that an evaluator failing open let through (issue 49); the fifth
 takes away the statement that keeps a lab's credentials in its VPC. Then one edit of each kind
-that grant a learner another's lab, several forms each: a policy outside the role's own Policies (an AWS::IAM::Policy,
+that grants a learner another's lab, several forms each: a policy outside the role's own Policies (an AWS::IAM::Policy,
 ManagedPolicy or RolePolicy naming the role, the stack's managed policy in ManagedPolicyArns, and
 forms the checks do not read); an Allow conditioned on a key every signed request carries
 (aws:SecureTransport, aws:RequestedRegion, aws:PrincipalAccount, aws:PrincipalArn); a trust policy
