@@ -279,19 +279,13 @@ def compile_named(paths: list[str], say=print) -> dict[str, bool]:
             continue  # done, or another worker's
         graph_hash = entry.name.removeprefix("MODULE_").split("+")[0]
         key = f"{entry.parent.name}/{entry.name}"
-        for attempt in range(retries + 1):
-            try:
-                if attempt:
-                    take_lock(entry)
-                    (entry / FAILURE_LOG).unlink(missing_ok=True)
-                    journal("retry", key=key, attempt=attempt)
-                compile_graph(entry, graph_hash, (entry / "model.hlo_module.pb").read_bytes())
-                journal("compiled", key=key, cached=True, parallel=True)
-                status[path] = True
-                break
-            except RuntimeError as error:
-                status[path] = False
-                if attempt == retries:  # the wrapper's two lines for a failed compile
-                    say(rules.stamped(rules.COMPILE_FAILED_LINE.format(failure=error)))
-                    say(rules.stamped(rules.RETRIES_SPENT_LINE.format(path=path, retries=retries)))
+        try:
+            compile_with_retries(entry, graph_hash, (entry / "model.hlo_module.pb").read_bytes(), key)
+        except RuntimeError as error:  # the wrapper's two lines for a failed compile
+            status[path] = False
+            say(rules.stamped(rules.COMPILE_FAILED_LINE.format(failure=error)))
+            say(rules.stamped(rules.RETRIES_SPENT_LINE.format(path=path, retries=retries)))
+            continue
+        journal("compiled", key=key, cached=True, parallel=True)
+        status[path] = True
     return status
