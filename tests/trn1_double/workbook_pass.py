@@ -192,7 +192,11 @@ def text_outputs(nb) -> str:
 
 
 def shut_down(client: NotebookClient) -> None:
-    """Kernel > Shut Down Kernel: the kernel process ends (and its NeuronCores are free)."""
+    """Kernel > Shut Down Kernel: the kernel process ends (and its NeuronCores are free). It exits
+    by itself: at exit it hands the double its last graphs (eager mode's among them), which
+    jupyter_client's default 5 s before a kill can cut short on a loaded machine; the wait ends when
+    the kernel does, with a guard only."""
+    client.km.shutdown_wait_time = 600
     run_sync(client.km.shutdown_kernel)(now=False)
 
 
