@@ -371,7 +371,7 @@ def test_an_s3_cache_hit_names_the_neff_by_its_s3_url_in_the_local_layout(rules,
 
 
 def test_the_pass_judges_new_graphs_utilization_and_the_explorer_summary_against_the_journal():
-    """"New graphs: N", as finish_run prints it, is matched by a process that handed at least N graphs to the compile
+    """"New graphs before evaluation: N", as finish_run prints it, is matched by a process that handed at least N graphs to the compile
     path (undecided where the all-reduce ran outside the graph); the utilization series by the
     cores reserved; the Explorer summary by a capture compiled with debug metadata."""
     from tests.trn1_double.workbook_pass import NotebookOnDouble, judge_run_lines
@@ -380,8 +380,8 @@ def test_the_pass_judges_new_graphs_utilization_and_the_explorer_summary_against
         return {"event": event, "pid": pid, "argv0": argv0, **extra}
 
     outputs = "\n".join([
-        "New graphs: 3 (compiled or loaded from the cache in 0.10 s)",  # train.py, pid 1: 4 graphs (evaluation after)
-        "[rank1]: New graphs: 2 (compiled or loaded from the cache in 0.10 s)",  # a split torchrun rank: undecided
+        "New graphs before evaluation: 3 (compiled or loaded from the cache in 0.10 s)",  # train.py, pid 1: 4 graphs (evaluation after)
+        "[rank1]: New graphs before evaluation: 2 (compiled or loaded from the cache in 0.10 s)",  # a split torchrun rank: undecided
         "source: neuron-monitor: NeuronCore utilization (trn1); series: ['NeuronCore 0', 'NeuronCore 1']",
         "neuron-explorer (trn1 double): 5 file(s) in /tmp/x/neuron-explorer; no summary is imitated"])
     events = [graph(1), graph(1, "cached"), graph(1), graph(1, "cached-failure"),
@@ -395,7 +395,7 @@ def test_the_pass_judges_new_graphs_utilization_and_the_explorer_summary_against
     assert right.wrong_platform_lines == [] and len(right.platform_lines) == 3, right.platform_lines
     assert [line.split(":")[0] for line in right.undecided_platform_lines] == [
         "'New graphs", "utilization series [0, 1]", "Explorer summary (5 file(s) in /tmp/x/neuron-explorer)"]
-    wrong = NotebookOnDouble("nb", outputs=outputs.replace("graphs: 3", "graphs: 9"), kernel_pid=10)
+    wrong = NotebookOnDouble("nb", outputs=outputs.replace("evaluation: 3", "evaluation: 9"), kernel_pid=10)
     judge_run_lines(wrong, [e for e in events if not e.get("debug") and e.get("cores") != [1]])
     assert [line.split(":")[0] for line in wrong.wrong_platform_lines] == [
         "'New graphs", "utilization series [0, 1]", "Explorer summary (5 file(s) in /tmp/x/neuron-explorer)"]
