@@ -474,13 +474,65 @@ def refresh_counts(module: Path, notebooks: Path) -> str:
     return block
 
 
+# Where the stated figures live, and the text each function writes there (refresh()).
+STATED = {
+    r"The core path takes \d.*? or \d+ times \([^)]*\) with the archive": workbook_sentence,
+    r"A 3-hour class covers .*? and the optional parts": class_sentence,
+    r"The whole workbook, every exercise and optional part included, takes .*? to spare": sittings_sentence,
+    r"It runs every notebook and solution unattended, in about .*? of compiles": self_paced_sentence,
+    r"The clock gives \d+ min for the same reading": lambda: f"The clock gives {reading_check_minutes()} min "
+                                                           "for the same reading",
+}
+DOCS = ("README.md", "notebooks/README.md", "docs/instructor.md")
+TIME_LINE = re.compile(r"\*\*Time:\*\*.*?Modelled, not measured(?: \(each compile at [^)]*\))?\.", re.S)
+
+
+def _write_intros(notebooks: Path) -> bool:
+    """Each notebook's "**Time:**" line as intro_sentence() writes it; whether any changed."""
+    import nbformat
+
+    changed = False
+    for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        cell = next(c for c in nb.cells if c.cell_type == "markdown")
+        line = intro_sentence(path.name[:2])
+        new = TIME_LINE.sub(lambda _, line=line: line, cell.source, count=1)
+        if new != cell.source:
+            cell.source, changed = new, True
+            nbformat.write(nb, path)
+    return changed
+
+
+def refresh(root: Path, module: Path) -> str:
+    """After the notebooks changed (`make notebooks`): READING from them, then every stated figure
+    (the introductions' time lines, the docs' sentences and table) from the clock. A time line's
+    own words are counted, so it repeats until the figures hold still. Run in its own process:
+    it updates this module's READING in place."""
+    for _ in range(5):
+        block = refresh_counts(module, root / "notebooks")
+        READING.clear()
+        READING.update({p.name[:2]: reading_counts(p) for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))})
+        if not _write_intros(root / "notebooks"):
+            break
+    for name in DOCS:
+        path = root / name
+        text = path.read_text()
+        for pattern, sentence in STATED.items():
+            text = re.sub(pattern, lambda _, s=sentence: s(), text, flags=re.S)
+        if name == "notebooks/README.md":
+            start = text.index("| notebook | reading |")
+            text = text[:start] + budget_table() + text[text.index("\n\n", start):]
+        path.write_text(text)
+    return block
+
+
 if __name__ == "__main__":  # prints what the docs paste in: python -m helpers.classroom.time_budget [--counts]
     import sys
 
     from mnist_mlp.common.paths import REPO_ROOT
 
-    if "--counts" in sys.argv:  # after `make notebooks`: the outputs moved, so the counts do
-        print(refresh_counts(Path(__file__), REPO_ROOT / "notebooks"))
+    if "--counts" in sys.argv:  # after `make notebooks`: the outputs moved, so every stated figure does
+        print(refresh(REPO_ROOT, Path(__file__)))
     else:
         for number in BUDGET:
             print(number, intro_sentence(number))
