@@ -401,8 +401,9 @@ def sittings_sentence() -> str:
     """The whole workbook in sittings (README, notebooks/README.md, docs/instructor.md)."""
     plan = sittings()
     parts = [f"{span(s)} ({hours(sum(whole_minutes_of(n) for n in s))})" for s in plan]
-    return (f"The whole workbook, every exercise and optional part included, takes {len(plan)} sittings "
-            f"of 3 hours: {', '.join(parts[:-1])} and {parts[-1]}, each with at least {SPARE_MIN} min to spare")
+    listed = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    return (f"The whole workbook, every exercise and optional part included, takes {len(plan)} "
+            f"sitting{'s' if len(plan) > 1 else ''} of 3 hours: {listed}, each with at least {SPARE_MIN} min to spare")
 
 
 def workbook_sentence() -> str:
@@ -410,7 +411,8 @@ def workbook_sentence() -> str:
     t = totals()
     return (f"The core path takes {hours(t.core_with_archive)} on a trn1 with the classroom archive "
             f"and {hours(t.core_without_archive)} without it, {hours(t.exercises)} of exercises included; "
-            f"the optional sections and folded outputs add {hours(t.optional)}. In all `neuronx-cc` runs {t.compiles} times ({wait(t.compiles)}), "
+            f"the optional sections and folded outputs add {hours(t.optional)}. In all `neuronx-cc` runs "
+            f"{t.compiles} times ({wait(t.compiles)}), "
             f"or {t.compiles_with_archive_count} times ({wait(t.compiles_with_archive_count)}) with the archive")
 
 
