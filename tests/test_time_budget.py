@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import astuple
 from datetime import datetime
 from pathlib import Path
 
@@ -82,26 +83,47 @@ def test_reading_counts_split_the_optional_sections_and_folded_outputs_off(tmp_p
     assert counted == time_budget.Reading(Counts(5 + 3, 4, 6, 0, 1), Counts(6, 1, 3), Counts(table_rows=2))
 
 
+REFRESH = """
+import json, sys
+from pathlib import Path
+from helpers.classroom import time_budget as t
+t.refresh(Path(sys.argv[1]), Path(sys.argv[2]))  # updates t.READING in this process
+print(json.dumps({"intros": {n: t.intro_sentence(n) for n in t.BUDGET}, "table": t.budget_table(),
+                  "sentences": [s() for s in t.STATED.values()],
+                  "counts": {n: [list(t.astuple(getattr(r, part))) for part in ("core", "optional", "folded")]
+                             for n, r in t.READING.items()}}))
+"""
+
+
 def test_one_command_restates_every_figure(tmp_path):
-    """After `make notebooks`, `--counts` (refresh) restates READING, every time line and the
-    docs' figures: on a copy whose stated figures were spoilt it writes back the committed text."""
+    """After `make notebooks`, `--counts` (refresh) restates READING from the notebooks, and from
+    it every time line and the docs' sentences and table: on a copy whose stated figures were
+    spoilt, each stated figure is the clock's again and the counts are the notebooks' exactly."""
     files = [*time_budget.DOCS, *(f"notebooks/{p.name}" for p in NOTEBOOKS.values())]
     for name in files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text((REPO_ROOT / name).read_text())
     module = tmp_path / "time_budget.py"
-    module.write_text(Path(time_budget.__file__).read_text())
+    module.write_text(Path(time_budget.__file__).read_text().replace('"00": Reading(', '"00": Reading(_c(1), _c(2)) or Reading(', 1))
     spoilt = {"notebooks/" + NOTEBOOKS["02"].name: ("**Time:** ", "**Time:** 1"),
               "README.md": ("The core path takes ", "The core path takes 1"),
               "notebooks/README.md": ("A 3-hour class covers notebooks ", "A 3-hour class covers notebooks 99, ")}
     for name, (old, new) in spoilt.items():
         (tmp_path / name).write_text((tmp_path / name).read_text().replace(old, new, 1))
-    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                    "from helpers.classroom.time_budget import refresh; refresh(Path(sys.argv[1]), Path(sys.argv[2]))",
-                    str(tmp_path), str(module)], check=True, cwd=REPO_ROOT)
-    for name in files:
-        assert (tmp_path / name).read_text() == (REPO_ROOT / name).read_text(), name
-    assert module.read_text() == Path(time_budget.__file__).read_text()
+    said = json.loads(subprocess.run([sys.executable, "-c", REFRESH, str(tmp_path), str(module)], check=True,
+                                     cwd=REPO_ROOT, capture_output=True, text=True).stdout)
+    for name, (_, new) in spoilt.items():
+        assert new not in (tmp_path / name).read_text(), name
+    for number, path in NOTEBOOKS.items():
+        counted = reading_counts(tmp_path / "notebooks" / path.name)
+        assert said["counts"][number] == [list(astuple(getattr(counted, part))) for part in ("core", "optional", "folded")]
+        assert said["intros"][number] in " ".join(introduction(tmp_path / "notebooks" / path.name).split())
+    docs = {name: (tmp_path / name).read_text() for name in time_budget.DOCS}
+    assert said["table"] in docs["notebooks/README.md"]
+    for sentence in said["sentences"]:
+        assert any(sentence in " ".join(text.split()) for text in docs.values()), sentence
+    assert time_budget.reading_source({}) not in module.read_text()  # READING was rewritten, not emptied
+    assert len(re.findall(r"(?m)^READING = \{", module.read_text())) == 1
 
 
 def test_the_reading_pace_matches_a_timed_reading_it_was_not_fitted_to():
