@@ -10,7 +10,8 @@ state to the compiles the trn1 double counts.
 
 - Reading: all a learner reads on the core path, counted by reading_counts() and kept here as
   data (READING) so that an edit elsewhere in a notebook moves no stated figure until the counts
-  are refreshed (`python -m helpers.classroom.time_budget --counts`, after `make notebooks`):
+  are refreshed (`python -m helpers.classroom.time_budget --counts`, which `make notebooks` runs
+  last and which restates every figure below where it is stated, refresh()):
   markdown words at WORDS_PER_MIN, code lines at CODE_LINES_PER_MIN, lines of output at
   OUTPUT_LINES_PER_MIN, table rows (a script diff, a checklist) at TABLE_ROWS_PER_MIN, and a
   picture (a plot, a figure) as one unit of PICTURE_MIN. These paces are stated, not measured: the
@@ -36,7 +37,11 @@ state to the compiles the trn1 double counts.
   small graph compiling in about 5 s: the typical figure. Minutes are planned with the upper
   one, so a class does not overrun. A graph the imported archive holds is a cache hit instead,
   read in a tenth of a second in that tutorial's second run.
-- Rounding: each part a notebook shows (reading, cells, compile wait, optional parts) is rounded
+- Plans: a 3-hour class (three_hour_class) takes the notebooks in order, each on its core path
+  with the archive and its short exercises, while SPARE_MIN of WORKSHOP_MIN is left; the whole
+  workbook (sittings) packs each notebook whole, every exercise and optional part included, into
+  3-hour sittings with the same spare.
+- Rounding: each part a notebook shows (reading, exercises, cells, compile wait, optional parts) is rounded
   once to the nearest minute (a part that is not nothing shows at least 1), and every total is
   the sum of the parts shown, so a reader's sum matches it.
 """
