@@ -123,6 +123,7 @@ mutants: data
 notebooks: data
 	$(PY) -m helpers.classroom notebooks --notebooks $(NOTEBOOKS) --solutions $(SOLUTIONS)
 	$(if $(filter %06_inside_a_run.ipynb,$(NOTEBOOKS)),$(PY) -m tests.browser.trace_viewer_png)
+	$(PY) -m helpers.classroom.time_budget --counts  # the outputs moved: restate the clock's figures
 
 # Chromium (Debian's package, or Ubuntu's snap) and fonts-noto-color-emoji, each when missing;
 # Playwright drives that Chromium and downloads no browser of its own.

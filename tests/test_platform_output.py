@@ -316,3 +316,33 @@ def test_every_line_the_workbook_says_a_trn1_prints_is_real_or_marked_from_the_d
         return
     real = [line for e in of_kind(kind) for line in e.lines]
     assert any(re.search(as_pattern(said), line) for line in real), (said, kind)
+
+
+# ---- what a trn1 prints, shown beside the stand-in's output ----
+
+TRN1_LOG_BLOCK = re.compile(r"```text\n(.*?)\n```", re.S)  # a notebook's ```text block: a trn1's log
+
+
+def shown_trn1_logs():
+    """(notebook, cell text, lines) of every ```text block in the notebooks' markdown."""
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            text = "".join(cell["source"])
+            if cell["cell_type"] == "markdown":
+                for block in TRN1_LOG_BLOCK.findall(text):
+                    yield path.name, text, block.splitlines()
+
+
+def test_each_trn1_log_a_notebook_shows_is_verbatim_dated_and_sourced():
+    """Each shown line is a whole line of one corpus excerpt, unedited (lines may be left out);
+    the cell links that excerpt's source and gives its date, and says whose it is: a user's log,
+    or the docs' example. Notebooks 02, 03 and 04 show one: a compile, a cache hit, two workers."""
+    shown = list(shown_trn1_logs())
+    assert {name[:2] for name, _, _ in shown} >= {"02", "03", "04"}, shown
+    for name, cell, lines in shown:
+        matches = [e for e in EXCERPTS if f"({e.url})" in cell and set(lines) <= set(e.lines)]
+        assert matches, (name, lines, "not a corpus excerpt's lines under a link to its source")
+        excerpt = matches[0]
+        assert excerpt.date[:10] in cell, (name, excerpt.id, excerpt.date)
+        assert ("a user's" in cell.lower()) == (excerpt.origin == "user log"), (name, excerpt.id, excerpt.origin)
+        assert excerpt.origin == "user log" or "from the docs" in cell, (name, excerpt.id)
