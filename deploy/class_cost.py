@@ -1,11 +1,8 @@
 """A class on the workshop stack, from the quota request to the tear-down: its run-sheet and its bill.
 
 One timeline, two readers. docs/instructor.md's run-sheet is `run_sheet()` word for word, and
-`make class-cost SEATS=20 HOURS=3 [SPARES=N] [ZONES=K] [IDLE=M]` prices the same steps:
-
-    python -m deploy.class_cost --seats 20 --hours 3            # the bill, line by line
-    python -m deploy.class_cost --run-sheet                     # the run-sheet's table
-
+`make class-cost SEATS=20 HOURS=3 [SPARES=N] [ZONES=K] [IDLE=M]` prices the same steps
+(`python -m deploy.class_cost --run-sheet` prints the table).
 tests/test_class_cost.py holds both pages to this module, and each line item to a hand computation.
 The figures the stack decides (the labs' wait, the default IdleMinutes, the interface endpoints,
 the volume's size) are read from deploy/workshop.yaml; the cache builder's pass from the workbook's
@@ -60,8 +57,7 @@ RATES = {
                      "public guides to it state it (docs/sources.md)"),
     "nat_gb": Rate(0.045, "per GB through the NAT gateway", "us-east-1", "https://aws.amazon.com/vpc/pricing/",
                    "2026-12", "an assumption, as the hourly rate"),
-    "ipv4": Rate(0.005, "per public IPv4 address-hour", "all Regions", "docs/sources.md", "2024-02",
-                 "the rate AWS announced for February 2024"),
+    "ipv4": Rate(0.005, "per public IPv4 address-hour", "all Regions", "docs/sources.md", "2024-02", "as announced"),
 }
 GB_PER_FIRST_BOOT = 2.0  # what a lab fetches at its first boot without the bundle (docs/workshop-stack.md: git, pip, MNIST)
 
@@ -256,11 +252,9 @@ def run_sheet(**kwargs) -> str:
     return "\n".join(rows)
 
 
-def money(usd: float) -> str:
-    return f"${usd:,.2f}"
-
-
 def report(seats: int, hours: float, spares: int = 0, zones: int = 2, idle_minutes: int | None = None) -> str:
+    def money(usd: float) -> str:
+        return f"${usd:,.2f}"
     lines = [f"A class of {seats} seats ({spares} spare) for {hours:g} h in {zones} zones, "
              f"priced over docs/instructor.md's run-sheet:"]
     totals = {}
