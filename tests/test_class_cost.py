@@ -113,6 +113,11 @@ def test_the_instructors_page_shows_the_commands_run_sheet_and_bill():
     assert class_cost.run_sheet() in page, "python -m deploy.class_cost --run-sheet, pasted into the run-sheet"
     assert class_cost.report(20, 3) in page, "make class-cost SEATS=20 HOURS=3, pasted under 'What the class costs'"
     assert f"{class_cost.quota_vcpus(20)} vCPUs\nfor 20 seats" in page
+    # What the page says of the bill's shape, for 20 seats and 3 hours.
+    assert "class hours are about a third of the bill" in page and "together cost more than the class hours" in page
+    lines = {item.what: item.usd for item in bill(20, 3)}
+    assert 0.28 < lines["class hours"] / sum(lines.values()) < 0.38
+    assert lines["volumes"] + lines["evening launch"] + lines["idle tail"] > lines["class hours"]
     # The other lists before a class link to the run-sheet instead of repeating it.
     for other in ("docs/workshop-stack.md", "notebooks/README.md"):
         text = (REPO_ROOT / other).read_text()
