@@ -61,7 +61,7 @@ def units(path) -> list[str]:
     """The text a reader meets, in order: the README's paragraphs, or a notebook's markdown cells."""
     if path.suffix == ".ipynb":
         cells = json.loads(path.read_text())["cells"]
-        return ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+        return [FENCED.sub("", "".join(c["source"])) for c in cells if c["cell_type"] == "markdown"]
     return re.split(r"\n\s*\n", FENCED.sub("", path.read_text()))
 
 
