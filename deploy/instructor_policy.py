@@ -70,7 +70,9 @@ DOCS_COMMANDS = {
     "aws cloudformation describe-stacks": ["cloudformation:DescribeStacks"],
     "aws cloudformation describe-stack-events": ["cloudformation:DescribeStackEvents"],
     "aws cloudformation wait": ["cloudformation:DescribeStacks"],
+    "aws cloudformation rollback-stack": ["cloudformation:RollbackStack"],
     "aws sts assume-role": ["sts:AssumeRole"],
+    "aws sts get-caller-identity": [],  # needs no permission (GetCallerIdentity's reference)
     "aws ec2 describe-instance-type-offerings": ["ec2:DescribeInstanceTypeOfferings"],
     "aws ec2 describe-instances": ["ec2:DescribeInstances"],
     "aws ec2 get-console-output": ["ec2:GetConsoleOutput"],
