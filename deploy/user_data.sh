@@ -47,7 +47,8 @@ report() {
              "is $LAB_LOG. Signalling CloudFormation."
         # SUCCESS to CloudFormation (this lab has finished booting), FAILED in the data its seat's
         # LabNNStatus output shows: a FAILURE would fail the stack, and with it every other lab.
-        signal SUCCESS "$reason" "FAILED: $reason"
+        # The data also carries the log's last 30 lines (under 4 KB in all), where the cause often is.
+        signal SUCCESS "$reason" "FAILED: $reason | the log's last lines: $(this_boot | tail -n 30 | tail -c 2800)"
     fi
     exit "$status"
 }

@@ -116,3 +116,14 @@ def test_a_new_resource_type_without_handlers_must_say_why():
     until NO_HANDLERS names what it needs."""
     with pytest.raises(ValueError, match="NO_HANDLERS"):
         ip.handler_permissions("AWS::CloudFormation::CustomResource")
+
+
+def test_the_launch_command_takes_the_template_the_way_its_size_allows():
+    """CloudFormation takes a template body of up to 51,200 bytes, one from S3 of up to 1 MB."""
+    size = len(ip.TEMPLATE.read_bytes())
+    assert size <= 1_000_000
+    launch = docs_text().split("## Launch ", 1)[1].split("## ", 1)[0]
+    assert "aws cloudformation create-stack" in launch
+    if size > 51_200:
+        assert "--template-body file" not in launch and "--template-url https://" in launch
+        assert "aws s3 cp deploy/workshop.yaml s3://" in launch
