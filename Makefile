@@ -21,6 +21,8 @@
 #   make classroom-cache                  run every notebook into one compile cache, one archive
 #   make classroom-check                  a student's pass: does it compile a graph the cache lacks?
 #   make classroom-import ARCHIVE=<file>  load that archive into this machine's compile cache
+#   make class-cost SEATS=20 HOURS=3      a class on the workshop stack priced over docs/instructor.md's
+#                                         run-sheet (optionally SPARES=N ZONES=K IDLE=M: spares, zones, IdleMinutes)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -52,7 +54,7 @@ SCANNER_VENV ?= build/scanner-venv
 # The site builder's own venv (make book; requirements-book.txt); tests/browser/test_book.py finds it there.
 BOOK_VENV ?= build/book-venv
 
-.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser scanner slurm reset classroom-cache classroom-check classroom-import book book-venv
+.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser scanner slurm reset classroom-cache classroom-check classroom-import class-cost book book-venv
 
 venv: $(STAMP)
 
@@ -123,6 +125,7 @@ mutants: data
 notebooks: data
 	$(PY) -m helpers.classroom notebooks --notebooks $(NOTEBOOKS) --solutions $(SOLUTIONS)
 	$(if $(filter %06_inside_a_run.ipynb,$(NOTEBOOKS)),$(PY) -m tests.browser.trace_viewer_png)
+	$(PY) -m helpers.classroom.time_budget --counts  # the outputs moved: restate the clock's figures
 
 # Chromium (Debian's package, or Ubuntu's snap) and fonts-noto-color-emoji, each when missing;
 # Playwright drives that Chromium and downloads no browser of its own.
@@ -180,6 +183,17 @@ classroom-import: venv
 	@if [ -z "$(ARCHIVE)" ]; then \
 	    echo "usage: make classroom-import ARCHIVE=path/to/classroom-cache.tar.gz" >&2; exit 2; fi
 	$(PY) -m helpers.cache import "$(ARCHIVE)"
+
+# The whole bill of a class (deploy/class_cost.py): the run-sheet's steps at cited, dated rates,
+# with a NAT gateway made for the class and with the class bundle instead. Reads the template
+# and the workbook's clock; installs nothing.
+SEATS ?= 20
+HOURS ?= 3
+SPARES ?= 0
+ZONES ?= 2
+class-cost:
+	$(PY) -m deploy.class_cost --seats $(SEATS) --hours $(HOURS) --spares $(SPARES) --zones $(ZONES) \
+	    $(if $(IDLE),--idle-minutes $(IDLE))
 
 clean-venv:
 	rm -rf $(VENV)

@@ -71,6 +71,7 @@ DOCS_COMMANDS = {
     "aws cloudformation describe-stack-events": ["cloudformation:DescribeStackEvents"],
     "aws cloudformation wait": ["cloudformation:DescribeStacks"],
     "aws cloudformation rollback-stack": ["cloudformation:RollbackStack"],
+    "aws cloudformation list-stacks": ["cloudformation:ListStacks"],
     "aws sts assume-role": ["sts:AssumeRole"],
     "aws sts get-caller-identity": [],  # needs no permission (GetCallerIdentity's reference)
     "aws ec2 describe-instance-type-offerings": ["ec2:DescribeInstanceTypeOfferings"],
@@ -80,7 +81,12 @@ DOCS_COMMANDS = {
     "aws ec2 stop-instances": ["ec2:StopInstances"],  # a failed spare lab (One bad lab, one seat)
     "aws ec2 modify-instance-attribute": None,  # the checklist: a learner's call, refused
     "aws s3api get-bucket-location": ["s3:GetBucketLocation"],
-    "aws s3 cp": ["s3:PutObject", "s3:GetObject"],
+    "aws s3 cp": ["s3:PutObject", "s3:GetObject"],  # also CloudFormation reading --template-url
+    "aws s3 rm": ["s3:DeleteObject"],
+    "aws service-quotas list-service-quotas": ["servicequotas:ListServiceQuotas"],
+    "aws ec2 delete-nat-gateway": ["ec2:DeleteNatGateway"],  # the tear-down of a class's own NAT
+    "aws ec2 release-address": ["ec2:ReleaseAddress"],
+    "aws ec2 cancel-capacity-reservation": ["ec2:CancelCapacityReservation"],
     "aws ssm start-session": ["ssm:StartSession", "ssm:TerminateSession", "ssm:ResumeSession"],
     "aws ssm send-command": ["ssm:SendCommand", "ssm:GetCommandInvocation"],
     "aws ssm get-command-invocation": ["ssm:GetCommandInvocation"],

@@ -32,8 +32,10 @@ KINDS = {
     "packages.installed": "the Neuron packages' installed versions, as pip lists them",
     "explorer.output": "what neuron-explorer prints or writes",
 }
-# The tag-and-message form of a wrapper line: "INFO ||NEURON_CC_WRAPPER||: Using a cached neff at"
-TAGGED = re.compile(r"(?:INFO|ERROR|WARNING) \|\|[A-Z_]+\|\|: [A-Za-z]+(?: [A-Za-z]+)*(?=\W|$)")
+# The level, tag and message of a wrapper line: "INFO ||NEURON_CC_WRAPPER||: Using a cached neff at"
+# (logs to 2025-11), "[INFO]: Compilation Successfully Completed for model" (from 2026-03, Neuron 2.29).
+TAGGED = re.compile(r"(?:(?:INFO|ERROR|WARNING) \|\|[A-Z_]+\|\||\[(?:INFO|ERROR|WARNING)\]): "
+                    r"[A-Za-z]+(?: [A-Za-z]+)*(?=\W|$)")
 
 
 @dataclass(frozen=True)
@@ -57,12 +59,15 @@ class Excerpt:
 
 def _load():
     data = yaml.safe_load(CORPUS.read_text(encoding="utf-8"))
-    excerpts = [Excerpt(e["id"], tuple(e["kinds"]), e["url"], str(e["date"]), str(e["version"]),
-                        e["origin"], e["text"]) for e in data["excerpts"]]
-    return excerpts, dict(data["absent"])
+
+    def read(entries):
+        return [Excerpt(e["id"], tuple(e["kinds"]), e["url"], str(e["date"]), str(e["version"]),
+                        e["origin"], e["text"]) for e in entries]
+    return read(data["excerpts"]), read(data["quoted"]), dict(data["absent"])
 
 
-EXCERPTS, ABSENT = _load()
+# QUOTED: part of a line as a public source quotes it (a script's comment), not a whole line
+EXCERPTS, QUOTED, ABSENT = _load()
 
 
 def of_kind(*kinds: str) -> list[Excerpt]:
@@ -70,6 +75,8 @@ def of_kind(*kinds: str) -> list[Excerpt]:
 
 
 def newest(kind: str, having: str) -> tuple[Excerpt, str]:
-    """The newest excerpt of a kind with a line holding `having`, and that line."""
-    found = [(e, line) for e in of_kind(kind) for line in e.lines if having in line]
+    """The newest excerpt, or quoted part of a line, of a kind with a line holding `having`, and
+    that line."""
+    found = [(e, line) for e in of_kind(kind) + [q for q in QUOTED if kind in q.kinds]
+             for line in e.lines if having in line]
     return max(found, key=lambda pair: pair[0].date)

@@ -24,7 +24,7 @@ def test_each_precision_short_run(script_runs, precision):
     assert_no_deprecation_warning(out)
     results = run.results(f"bf16_{precision}")
     assert results["precision"] == precision and results["steps"] == LONG_STEPS
-    assert results["graphs_compiled"] == 1, "one training graph, the same every step"
+    assert results["new_graphs"] == 1, "one training graph, the same every step"
     assert results["final_loss"] < results["loss_history"][0][1]
     expected = torch.bfloat16 if BF16_WEIGHTS[precision] else torch.float32
     assert {t.dtype for t in run.state_dict(f"bf16_{precision}").values()} == {expected}

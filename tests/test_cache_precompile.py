@@ -34,10 +34,10 @@ a = p.parse_args()
 with open(os.environ["INVOCATIONS"], "a") as log:
     log.write(json.dumps(["train", *sys.argv[1:]]) + "\n")
 graphs = 3 if a.steps_this_run else 4
-print(f"New graphs: {graphs} (compiled or loaded from the cache in 0.01 s)")
+print(f"New graphs before evaluation: {graphs} (compiled or loaded from the cache in 0.01 s)")
 out = Path(a.checkpoint_dir)
 out.mkdir(parents=True, exist_ok=True)
-(out / "results_xla.json").write_text(json.dumps({"stage": "xla", "graphs_compiled": graphs}))
+(out / "results_xla.json").write_text(json.dumps({"stage": "xla", "new_graphs": graphs}))
 cache = os.environ.get("NEURON_COMPILE_CACHE_URL")
 if cache and not a.steps_this_run:  # the real run reaches one graph the trial did not
     from helpers.cache.demo import neff_bytes
@@ -123,8 +123,8 @@ def test_real_training_scripts_accept_both_command_lines():
 
 
 def test_output_parsers():
-    lines = ["[rank1]: New graphs: 5 (compiled or loaded from the cache in 1.0 s)", "noise",
-             "[rank0]: New graphs: 6 (compiled or loaded from the cache in 1.0 s)",
+    lines = ["[rank1]: New graphs before evaluation: 5 (compiled or loaded from the cache in 1.0 s)", "noise",
+             "[rank0]: New graphs before evaluation: 6 (compiled or loaded from the cache in 1.0 s)",
              "2023-08-24 20:21:11.000895:  161136  INFO ||NEURON_PARALLEL_COMPILE||: Total graphs: 2",
              "... INFO ||NEURON_PARALLEL_COMPILE||: Total failed compilations: 1"]
     assert precompile.new_graphs_from_output(lines) == 6
@@ -151,7 +151,7 @@ def test_stand_in_explains_and_runs_only_the_trial(workdir):
     assert invocations(workdir) == [["train", "--epochs", "1", "--checkpoint-dir", "ckpt",
                                      "--steps-this-run", "10"]]
     assert report.mode == "stand-in" and report.graphs_traced == 3
-    assert report.results == {"xla": {"stage": "xla", "graphs_compiled": 3}}
+    assert report.results == {"xla": {"stage": "xla", "new_graphs": 3}}
     text = "\n".join(lines)
     assert "No NeuronCore here, so no neuron_parallel_compile" in text
     assert "NEURON_PARALLEL_COMPILE_MAX_RETRIES=1" in text and "--num_parallel 2" not in text
@@ -194,7 +194,7 @@ def test_neuron_path_precompiles_then_trains(workdir):
     assert list(report.compiled_by_run.new) == [f"{CURRENT}/MODULE_9999aaaa9999aaaa9999+ede6753c"]
     assert report.cache_after_run.startswith("3 entries (done 3")
     assert any("did not trace" in n for n in report.notes)
-    assert report.results["xla"]["graphs_compiled"] == 4  # the real run's results file
+    assert report.results["xla"]["new_graphs"] == 4  # the real run's results file
     text = "\n".join(lines)
     assert "graphs compiled ahead of time: 2" in text and "cache misses): 1" in text
 

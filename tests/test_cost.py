@@ -68,6 +68,7 @@ def test_each_run_is_priced_at_its_own_instance_and_the_stand_in_at_none():
     epoch_s = {r["what"]: r["epoch_s"] for r in stand_in}["torchrun 2 workers"]
     assert f"torchrun 2 workers ${epoch_s * 1.34 / 3600:.4f}" in learner and "$1.34/h on demand" in learner
     assert "github.com/aws-neuron/neuron-workshops" in learner  # the rate cited
+    assert learner.startswith("Modelled, not measured: ")  # a projection, labelled where it is shown
     assert at_learners_rate([r for r in neuron if r["instance"] == "trn1.2xlarge"]) == ""
 
 

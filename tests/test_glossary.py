@@ -12,6 +12,9 @@ The first unit of text that uses a term (a paragraph of the README, a markdown c
 must be the one that defines it (or links it, in the README), and the glossary's link must name
 the page of its first bold definition. A term matches as a whole word, case aside, singular or
 plural, in the text a reader reads (link targets aside).
+
+Acronyms too: the first unit that uses one spells it out ("EFA (Elastic Fabric Adapter)"), unless
+the glossary defines it or it is on KNOWN_ACRONYMS, those a PyTorch engineer knows (CPU, GPU, SGD…).
 """
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ def units(path) -> list[str]:
     """The text a reader meets, in order: the README's paragraphs, or a notebook's markdown cells."""
     if path.suffix == ".ipynb":
         cells = json.loads(path.read_text())["cells"]
-        return ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+        return [FENCED.sub("", "".join(c["source"])) for c in cells if c["cell_type"] == "markdown"]
     return re.split(r"\n\s*\n", FENCED.sub("", path.read_text()))
 
 
@@ -116,3 +119,75 @@ def test_a_term_is_defined_at_or_before_its_first_use(term):
     linked = (GLOSSARY_PAGE.parent / TERMS[term]).resolve()
     assert linked == READING_ORDER[bold[0]].resolve(), (
         f"{term!r}: the glossary links to {TERMS[term]}, but {bold[2]} defines it first")
+
+
+# Acronyms a PyTorch engineer knows: the lesson uses them unexpanded.
+KNOWN_ACRONYMS = {
+    "API", "AWS", "BERT", "BF16", "CI", "CPU", "CUDA", "FP16", "FP32", "GB", "GPU", "MLP", "MNIST",
+    "PATH", "PIL", "SGD", "SSH",
+}
+# Two or more capitals (digits allowed after the first), a plural "s" aside: "NEFF", "FLOPs".
+ACRONYM = re.compile(r"(?<![\w/.-])([A-Z][A-Z0-9]*[A-Z][A-Z0-9]*)s?(?![\w/-])")
+CODE_SPAN = re.compile(r"`[^`\n]*`")
+URL_OR_TAG = re.compile(r"https?://\S+|<[^>\n]+>")
+
+
+def acronyms(text: str) -> set[str]:
+    """The acronyms a reader reads in a unit (code spans, link targets, URLs and HTML tags aside)."""
+    text = URL_OR_TAG.sub(" ", CODE_SPAN.sub(" ", LINK_TARGET.sub("]", text)))
+    return set(ACRONYM.findall(text))
+
+
+def expands(acronym: str, text: str) -> bool:
+    """`text` spells the acronym out beside it: "EFA (Elastic Fabric Adapter)" or "interquartile
+    range (IQR, …)". The spelled-out words start with the acronym's first letter and hold its
+    letters in order."""
+    text = LINK_TARGET.sub("]", text).replace("[", "").replace("]", "").replace("*", "")
+    letters = [c.lower() for c in acronym if c.isalpha()]
+
+    def spells(words: str) -> bool:
+        words = words.strip().lower()
+        if not words or words[0] != letters[0]:
+            return False
+        position = 0
+        for letter in letters:
+            position = words.find(letter, position)
+            if position < 0:
+                return False
+            position += 1
+        return True
+
+    after = re.finditer(rf"\b{acronym}s?\b\W*\(([^)]+)\)", text)
+    if any(spells(m[1]) for m in after):
+        return True
+    before = re.finditer(rf"((?:[\w-]+\s+){{1,6}})\({acronym}s?\b", text)
+    return any(spells(" ".join(m[1].split()[i:])) for m in before for i in range(len(m[1].split())))
+
+
+def glossary_words() -> set[str]:
+    return {word.rstrip("s") if word.endswith("s") and word[:-1].isupper() else word
+            for term in TERMS for word in term.split()}
+
+
+def test_the_acronym_check_reads_what_a_reader_reads():
+    assert acronyms("One **NEFF**, `PJRT_DEVICE=CPU`, [docs](https://x/AWS.html) and FLOPs") == {"NEFF", "FLOP"}
+    assert expands("EFA", "instances with EFA (Elastic Fabric Adapter) networking")
+    assert expands("IQR", "the interquartile range (IQR, the middle half of its steps)")
+    assert expands("NEFF", "a **NEFF**\n  ([Neuron Executable File Format](https://x)), a program")
+    assert not expands("EBS", "512 GB of EBS (see below)") and not expands("SDK", "an SDK upgrade")
+
+
+def test_every_acronym_is_known_in_the_glossary_or_expanded_at_its_first_use():
+    """In reading order (the README, then 00 to 07), the first unit that uses an acronym spells it
+    out, unless the glossary defines it or a PyTorch engineer knows it (KNOWN_ACRONYMS)."""
+    known = KNOWN_ACRONYMS | glossary_words()
+    seen, unexplained = set(), []
+    for path in READING_ORDER:
+        for index, text in enumerate(units(path)):
+            for acronym in sorted(acronyms(text) - seen - known):
+                if not expands(acronym, text):
+                    unexplained.append(f"{acronym} ({path.name}, unit {index})")
+            seen |= acronyms(text)
+    assert not unexplained, ("acronyms neither known, in the glossary, nor spelled out at their first "
+                             f"use: {unexplained}: expand each where it first appears, e.g. "
+                             "'EFA (Elastic Fabric Adapter)'")

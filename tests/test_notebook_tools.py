@@ -160,8 +160,8 @@ def test_show_script_diff_missing_file_says_where_scripts_are(tmp_path):
 def write_result(directory, stage, **overrides):
     data = {"stage": stage, "backend": "cpu", "world_size": 1, "epochs": 1, "steps": 10,
             "batch_size": 32, "lr": 0.01, "loader": "fast", "throughput_it_s": 100.0,
-            "final_loss": 0.2, "test_accuracy": 0.95, "graphs_compiled": 0,
-            "compile_time_s": 0.0, "wall_time_s": 1.0, "loss_history": [[0, 2.3], [9, 0.2]]}
+            "final_loss": 0.2, "test_accuracy": 0.95, "new_graphs": 0,
+            "new_graphs_time_s": 0.0, "wall_time_s": 1.0, "loss_history": [[0, 2.3], [9, 0.2]]}
     data.update(overrides)
     (directory / f"results_{stage}.json").write_text(json.dumps(data))
 

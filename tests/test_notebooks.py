@@ -161,7 +161,7 @@ def test_output_markers_live_in_metadata_spelled_as_the_comparison_reads_them(no
 
     path, nb = notebook
     known = {"nbval-ignore-output", "nbval-check-output", "nbval-skip", "nbval-raises-exception",
-             "raises-exception", "exercise"}
+             "raises-exception", "exercise", "hide-output"}  # hide-output: an output folded (time_budget)
     for index, cell in enumerate(nb.cells):
         where = f"{path.name} cell {index}"
         unknown = set(cell.metadata.get("tags", [])) - known

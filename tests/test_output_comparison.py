@@ -90,7 +90,7 @@ def test_markers_decide_what_is_compared():
 
 
 def test_a_cell_that_raised_fails_even_when_its_output_is_not_compared():
-    error = new_output("error", ename="AssertionError", evalue="graphs_compiled == 2", traceback=[])
+    error = new_output("error", ename="AssertionError", evalue="new_graphs == 2", traceback=[])
     for marks in ({"tags": ["nbval-ignore-output"]}, {"backend_output": "counts"}):
         with pytest.raises(OutputMismatch, match="raised AssertionError"):
             compare_cell(cell("x", **marks), cell("x", error, **marks), SANITIZER, mode="neuron")

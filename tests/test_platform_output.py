@@ -19,7 +19,7 @@ from helpers.setup.core_holders import BUSY_CORE_MESSAGES
 from helpers.setup.environment_checks import check_pins
 from mnist_mlp.common.compile_cache import MODULE_DIR, VERSION_DIR, module_entries, module_state
 from mnist_mlp.common.compile_notice import CompileNotice
-from tests.platform_corpus import ABSENT, EXCERPTS, KINDS, TAGGED, Excerpt, newest, of_kind
+from tests.platform_corpus import ABSENT, EXCERPTS, KINDS, QUOTED, TAGGED, Excerpt, newest, of_kind
 
 
 def excerpt_id(excerpt: Excerpt) -> str:
@@ -35,6 +35,8 @@ def test_the_corpus_holds_20_excerpts_from_8_sources_and_covers_every_kind_or_sa
     covered = {k for e in EXCERPTS for k in e.kinds}
     absent = {k.split(" ")[0] for k in ABSENT}
     assert set(KINDS) <= covered | absent, set(KINDS) - covered - absent
+    for q in QUOTED:  # a part of a line, as a public source quotes it
+        assert q.url.startswith("https://github.com/") and set(q.kinds) <= set(KINDS) and len(q.lines) == 1, q.id
     # both spellings of the wrapper's tag are in real logs: the reader must meet both
     hits = of_kind("wrapper.cache_hit")
     assert {"||NCC_WRAPPER||", "||NEURON_CC_WRAPPER||"} <= {t for e in hits for t in re.findall(
@@ -44,6 +46,7 @@ def test_the_corpus_holds_20_excerpts_from_8_sources_and_covers_every_kind_or_sa
 # What each kind's line says, whatever decorates it: the summary must keep such a line.
 MESSAGE = {
     "wrapper.cache_hit": "Using a cached neff",
+    "wrapper.compile_success": "Compilation Successfully Completed",
     "wrapper.cached_failure": "Got a cached failed neff",
     "wrapper.compile_failure": "ompilation failed",  # also "Failed compilation with"
     "wrapper.compile_start": "Call compiler with cmd",
@@ -51,7 +54,8 @@ MESSAGE = {
     "parallel_compile.failure": "Error",
     "runtime.busy_core": "not available",
 }
-KEPT = [(kind, e, line) for kind, message in MESSAGE.items() for e in of_kind(kind)
+KEPT = [(kind, e, line) for kind, message in MESSAGE.items()
+        for e in of_kind(kind) + [q for q in QUOTED if kind in q.kinds]
         for line in e.lines if message in line or (kind == "wrapper.compile_failure"
                                                    and "Failed compilation with" in line)]
 
@@ -59,8 +63,10 @@ KEPT = [(kind, e, line) for kind, message in MESSAGE.items() for e in of_kind(ki
 @pytest.mark.parametrize("kind,excerpt,line", KEPT, ids=[f"{k}-{e.id}-{i}" for i, (k, e, _) in enumerate(KEPT)])
 def test_a_later_runs_summary_keeps_every_real_line_the_lesson_needs(kind, excerpt, line):
     """helpers.launch.processes.summary_only: notebook 03's second run shows "Using a cached
-    neff" in the 2023 spelling (||NCC_WRAPPER||) and in today's (||NEURON_CC_WRAPPER||), and a
-    failure however the wrapper or runtime words it."""
+    neff" in the 2023 spelling (||NCC_WRAPPER||), 2024's (||NEURON_CC_WRAPPER||) and Neuron
+    2.29's ("[INFO]: Using a cached neff", as a trn1 script quotes it), a compile's end in 2.29's
+    form ("[INFO]: Compilation Successfully Completed for model.MODULE_…"), and a failure however
+    the wrapper or runtime words it."""
     assert SUMMARY_LINE.search(line), line
 
 
@@ -69,6 +75,7 @@ def test_a_later_runs_summary_keeps_every_real_line_the_lesson_needs(kind, excer
                                      "Another process must be compiling MODULE_1+2"])
 def test_the_summary_keys_on_the_wrappers_message_not_on_its_tag(message):
     assert SUMMARY_LINE.search(f"2030-01-01 00:00:00.000001:  7  INFO ||SOME_NEW_TAG||: {message}")
+    assert SUMMARY_LINE.search(f"2030-01-01 00:00:00.000001: 7 [INFO]: {message}")
 
 
 def test_the_summary_leaves_out_the_compilers_progress_dots_and_the_cache_path_lines():
@@ -242,10 +249,10 @@ def double_rules():
 NEFF = "/var/tmp/neuron-compile-cache/neuronxcc-2.26.6360.0+d0ab1e26/MODULE_1+d41d8cd9/model.neff"
 DOUBLE_LINES = {  # kind: (what the newest real line says, the double's line)
     "wrapper.cache_hit": ("Using a cached neff", lambda r: r.CACHED_NEFF_LINE.format(neff=NEFF)),
+    "wrapper.compile_success": ("Compilation Successfully Completed", lambda r: r.COMPLETED_LINE.format(
+        module="MODULE_1+d41d8cd9")),
     "wrapper.cached_failure": ("Got a cached failed neff", lambda r: r.CACHED_FAILURE_LINE.format(
         neff=NEFF, failure="Failed compilation with ['neuronx-cc']: x")),
-    "wrapper.compile_start": ("Call compiler with cmd", lambda r: r.COMPILE_START_LINE.format(
-        hlo="/tmp/w/model.MODULE_1+d41d8cd9.hlo_module.pb", neff="/tmp/w/model.MODULE_1+d41d8cd9.neff")),
     "wrapper.compile_failure": ("Failed compilation with", lambda r: r.COMPILE_FAILED_LINE.format(
         failure="Failed compilation with ['neuronx-cc']: x")),
     "parallel_compile.summary": ("Total graphs", lambda r: r.NPC_PREFIX + "Total graphs: 2"),
@@ -257,7 +264,8 @@ DOUBLE_LINES = {  # kind: (what the newest real line says, the double's line)
 def test_the_double_prints_the_newest_real_form_of_each_kind(kind):
     """The same level, tag and words as the newest public log of that kind (the docs' 2023
     examples say ||NCC_WRAPPER|| and INFO for a cached failure; users' logs from 2024 on say
-    ||NEURON_CC_WRAPPER||, and ERROR for failures)."""
+    ||NEURON_CC_WRAPPER||, and ERROR for failures; from Neuron 2.29 a cache hit and a compile's
+    end say "[INFO]:", with no tag)."""
     says, line_of = DOUBLE_LINES[kind]
     excerpt, real = newest(kind, says)
     form = TAGGED.search(real)[0]
@@ -266,15 +274,21 @@ def test_the_double_prints_the_newest_real_form_of_each_kind(kind):
     assert SUMMARY_LINE.search(double_line)
 
 
-def test_the_double_ends_a_compile_as_todays_logs_do():
+def test_the_double_opens_and_ends_a_compile_as_the_newest_logs_do():
     """"Compiler status PASS" closes a compile in every log from 2023 on; the 2022 tutorial's
-    "Exiting with a successfully compiled graph" after it is gone."""
+    "Exiting with a successfully compiled graph" after it is gone. The newest logs (Neuron 2.29
+    on) print no "Call compiler with cmd" before the compile, and the wrapper's "Compilation
+    Successfully Completed" line after "Compiler status PASS": so does the double."""
     rules = double_rules()
     for excerpt in of_kind("wrapper.compile_success"):
         if excerpt.year >= "2023":
             assert any(line.endswith("Compiler status PASS") for line in excerpt.lines) and not any(
                 "Exiting with a successfully compiled graph" in line for line in excerpt.lines)
-    assert rules.COMPILED_LINES == ("Compiler status PASS",)
+    latest = max(of_kind("wrapper.compile_success"), key=lambda e: e.date)
+    assert latest.year >= "2026" and not any("Call compiler with cmd" in line for line in latest.lines)
+    after = latest.lines[latest.lines.index("Compiler status PASS") + 1]
+    assert TAGGED.search(after)[0] in rules.COMPLETED_LINE
+    assert rules.COMPILED_LINES == ("Compiler status PASS",) and not hasattr(rules, "COMPILE_START_LINE")
 
 
 # ---- what the notebooks and the checks' facts say a trn1 prints ----
@@ -316,3 +330,33 @@ def test_every_line_the_workbook_says_a_trn1_prints_is_real_or_marked_from_the_d
         return
     real = [line for e in of_kind(kind) for line in e.lines]
     assert any(re.search(as_pattern(said), line) for line in real), (said, kind)
+
+
+# ---- what a trn1 prints, shown beside the stand-in's output ----
+
+TRN1_LOG_BLOCK = re.compile(r"```text\n(.*?)\n```", re.S)  # a notebook's ```text block: a trn1's log
+
+
+def shown_trn1_logs():
+    """(notebook, cell text, lines) of every ```text block in the notebooks' markdown."""
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            text = "".join(cell["source"])
+            if cell["cell_type"] == "markdown":
+                for block in TRN1_LOG_BLOCK.findall(text):
+                    yield path.name, text, block.splitlines()
+
+
+def test_each_trn1_log_a_notebook_shows_is_verbatim_dated_and_sourced():
+    """Each shown line is a whole line of one corpus excerpt, unedited (lines may be left out);
+    the cell links that excerpt's source and gives its date, and says whose it is: a user's log,
+    or the docs' example. Notebooks 02, 03 and 04 show one: a compile, a cache hit, two workers."""
+    shown = list(shown_trn1_logs())
+    assert {name[:2] for name, _, _ in shown} >= {"02", "03", "04"}, shown
+    for name, cell, lines in shown:
+        matches = [e for e in EXCERPTS if f"({e.url})" in cell and set(lines) <= set(e.lines)]
+        assert matches, (name, lines, "not a corpus excerpt's lines under a link to its source")
+        excerpt = matches[0]
+        assert excerpt.date[:10] in cell, (name, excerpt.id, excerpt.date)
+        assert ("a user's" in cell.lower()) == (excerpt.origin == "user log"), (name, excerpt.id, excerpt.origin)
+        assert excerpt.origin == "user log" or "from the docs" in cell, (name, excerpt.id)

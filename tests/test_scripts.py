@@ -71,7 +71,7 @@ def test_train_cpu_short_run(script_runs):
     assert results["world_size"] == 1
     assert [step for step, _ in results["loss_history"]] == [1, 50, 100]
     assert results["final_loss"] < results["loss_history"][0][1]
-    assert "graphs_compiled" in results and results["graphs_compiled"] is None  # no XLA here
+    assert "new_graphs" in results and results["new_graphs"] is None  # no XLA here
     assert run.state_dict("cpu")["fc1.weight"].shape == (120, 784)
 
 
@@ -93,8 +93,9 @@ def test_train_xla_run(script_runs, run_name, device_loader):
     results = run.results("xla")
     assert results["backend"] == "xla-cpu" and results["steps"] == 120
     assert results["device_loader"] is device_loader
-    assert f"New graphs: {results['graphs_compiled']} (compiled or loaded from the cache in " in run.output
-    assert results["graphs_compiled"] >= 1
+    new_graphs = f"New graphs before evaluation: {results['new_graphs']} (compiled or loaded from the cache in "
+    assert new_graphs in run.output and results["new_graphs"] >= 1
+    assert results["new_graphs_time_s"] > 0
     # xm.save moved everything to the CPU: a plain torch.load reads it
     assert run.state_dict("xla")["fc3.weight"].device.type == "cpu"
 
@@ -116,7 +117,7 @@ def test_torchrun_two_workers(script_runs):
     assert "Gradient all-reduce: over gloo" in out and "world size 1 in each process" in out
     assert "Replicas equal: max parameter-checksum difference 0" in out
     assert out.count("Train throughput (iter/sec)") == 2  # every worker reports, as the sample
-    assert out.count("New graphs: ") == 2  # every worker's own count
+    assert out.count("New graphs before evaluation: ") == 2  # every worker's own count
     assert out.count("Test accuracy: ") == 1  # replicas are equal: rank 0 evaluates for all
     results = run.results("torchrun_w2")
     assert results["world_size"] == 2 and results["gradient_reduce"] == "gloo"
@@ -388,8 +389,8 @@ def test_profile_traces_the_steps_asked_for_and_no_extra_graph(script_runs):
     steps = [int(e["args"]["step_num"]) for e in events if e.get("name") == STEP_TRACE_NAME]
     assert steps == list(range(PROFILE_START_STEP, PROFILE_START_STEP + 5))
     assert len({e["tid"] for e in events if e.get("name") == STEP_TRACE_NAME}) == 1  # one thread
-    assert run.results("xla")["graphs_compiled"] == \
-        script_runs["xla trial"].results("xla")["graphs_compiled"]  # as many as unprofiled
+    assert run.results("xla")["new_graphs"] == \
+        script_runs["xla trial"].results("xla")["new_graphs"]  # as many as unprofiled
 
 
 @pytest.mark.e2e
@@ -409,5 +410,5 @@ def test_tensorboard_scalars_per_step(script_runs):
     steps = list(range(1, LONG_STEPS + 1))
     assert [e.step for e in accumulator.Scalars(THROUGHPUT_TAG)] == steps
     assert all(e.value > 0 for e in accumulator.Scalars(THROUGHPUT_TAG))
-    graphs = run.results("xla")["graphs_compiled"]
+    graphs = run.results("xla")["new_graphs"]
     assert [e.value for e in accumulator.Scalars(GRAPHS_TAG)] == [graphs] * LONG_STEPS

@@ -370,8 +370,29 @@ def test_an_s3_cache_hit_names_the_neff_by_its_s3_url_in_the_local_layout(rules,
     assert list((tmp_path / "s3/bucket/p").glob("neuronxcc-*/MODULE_1234+*/model.neff"))
 
 
+def test_a_compile_then_a_hit_print_the_wrappers_lines_in_neuron_2_29s_form(rules, monkeypatch):
+    """The NKI quickstart's logs at the v2.29.0 and v2.31.0 tags: no start line, "Compiler status
+    PASS", then "<date> <time>:  <pid>  [INFO]: Compilation Successfully Completed for
+    model.MODULE_….hlo_module.pb"; a hit as a trn1 script quotes it, "[INFO]: Using a cached neff"
+    (tests/platform_output/corpus.yaml)."""
+    from trn1_platform import compile_cache
+
+    monkeypatch.delenv("NEURON_COMPILE_CACHE_URL", raising=False)
+    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
+    lines = []
+    compile_cache.on_graph("5678", b"hlo", say=lines.append)
+    compile_cache.on_graph("5678", b"hlo", say=lines.append)
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: +\d+ +\[INFO\]: "
+    assert len(lines) == 3 and lines[0] == "Compiler status PASS", lines
+    done = re.fullmatch(stamp + r"Compilation Successfully Completed for model\.(MODULE_5678\+[0-9a-f]{8})"
+                        r"\.hlo_module\.pb", lines[1])
+    hit = re.fullmatch(stamp + r"Using a cached neff at (\S+)/model\.neff\. Exiting with a successfully "
+                       r"compiled graph\.", lines[2])
+    assert done and hit and hit[1].endswith("/" + done[1]), lines
+
+
 def test_the_pass_judges_new_graphs_utilization_and_the_explorer_summary_against_the_journal():
-    """"New graphs: N", as finish_run prints it, is matched by a process that handed at least N graphs to the compile
+    """"New graphs before evaluation: N", as finish_run prints it, is matched by a process that handed at least N graphs to the compile
     path (undecided where the all-reduce ran outside the graph); the utilization series by the
     cores reserved; the Explorer summary by a capture compiled with debug metadata."""
     from tests.trn1_double.workbook_pass import NotebookOnDouble, judge_run_lines
@@ -380,8 +401,8 @@ def test_the_pass_judges_new_graphs_utilization_and_the_explorer_summary_against
         return {"event": event, "pid": pid, "argv0": argv0, **extra}
 
     outputs = "\n".join([
-        "New graphs: 3 (compiled or loaded from the cache in 0.10 s)",  # train.py, pid 1: 4 graphs (evaluation after)
-        "[rank1]: New graphs: 2 (compiled or loaded from the cache in 0.10 s)",  # a split torchrun rank: undecided
+        "New graphs before evaluation: 3 (compiled or loaded from the cache in 0.10 s)",  # train.py, pid 1: 4 graphs (evaluation after)
+        "[rank1]: New graphs before evaluation: 2 (compiled or loaded from the cache in 0.10 s)",  # a split torchrun rank: undecided
         "source: neuron-monitor: NeuronCore utilization (trn1); series: ['NeuronCore 0', 'NeuronCore 1']",
         "neuron-explorer (trn1 double): 5 file(s) in /tmp/x/neuron-explorer; no summary is imitated"])
     events = [graph(1), graph(1, "cached"), graph(1), graph(1, "cached-failure"),
@@ -395,7 +416,7 @@ def test_the_pass_judges_new_graphs_utilization_and_the_explorer_summary_against
     assert right.wrong_platform_lines == [] and len(right.platform_lines) == 3, right.platform_lines
     assert [line.split(":")[0] for line in right.undecided_platform_lines] == [
         "'New graphs", "utilization series [0, 1]", "Explorer summary (5 file(s) in /tmp/x/neuron-explorer)"]
-    wrong = NotebookOnDouble("nb", outputs=outputs.replace("graphs: 3", "graphs: 9"), kernel_pid=10)
+    wrong = NotebookOnDouble("nb", outputs=outputs.replace("evaluation: 3", "evaluation: 9"), kernel_pid=10)
     judge_run_lines(wrong, [e for e in events if not e.get("debug") and e.get("cores") != [1]])
     assert [line.split(":")[0] for line in wrong.wrong_platform_lines] == [
         "'New graphs", "utilization series [0, 1]", "Explorer summary (5 file(s) in /tmp/x/neuron-explorer)"]

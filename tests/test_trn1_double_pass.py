@@ -5,6 +5,8 @@ Every check() in the notebooks is judged against the Neuron values of helpers/ch
 notebook runs on. Nothing from this pass is compared with the committed outputs (they are the
 stand-in's) or shown as measured on Trainium.
 """
+import re
+
 import pytest
 
 from helpers.classroom.notebook_pass import workbook_notebooks
@@ -118,10 +120,14 @@ def test_a_core_holding_kernel_left_open_is_named_by_the_next_notebooks_setup(wo
     assert workbook_on_trn1["03"].error is None
 
 
+# "<date> <time>:  <pid>  [INFO]: Using a cached neff at <cache>/neuronxcc-…/MODULE_…/model.neff. …"
+CACHE_HIT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: +\d+ +\[INFO\]: Using a cached neff at "
+                       r"\S+/neuronxcc-[^/\s]+/MODULE_[^/\s]+/model\.neff\. ")
+
+
 def test_notebook_03s_second_run_shows_the_cache_hit_through_its_summary(workbook_on_trn1):
     """03's second run prints only its summary (helpers.launch.processes.summary_only); its lesson
-    on a trn1 is the compiler wrapper's cache hit, which the double prints in today's form
-    (||NEURON_CC_WRAPPER||, after a date and a pid: tests/platform_output/corpus.yaml)."""
+    on a trn1 is the compiler wrapper's cache hit, which the double prints in Neuron 2.29's form
+    ("[INFO]:", after a date and a pid: tests/platform_output/corpus.yaml)."""
     shown = [line for line in workbook_on_trn1["03"].outputs.splitlines() if "Using a cached neff" in line]
-    assert shown and all("INFO ||NEURON_CC_WRAPPER||: Using a cached neff at" in line for line in shown), (
-        workbook_on_trn1["03"].outputs[-3000:])
+    assert shown and all(CACHE_HIT.match(line) for line in shown), workbook_on_trn1["03"].outputs[-3000:]

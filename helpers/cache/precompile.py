@@ -35,7 +35,8 @@ TRIAL_STEPS = 10
 # host memory and CPU resources" (neuron_parallel_compile, Neuron 2.31, docs/sources.md).
 RETRIES_VARIABLE = "NEURON_PARALLEL_COMPILE_MAX_RETRIES"
 RETRIES_ON = {"trn1.2xlarge": "1"}
-_GRAPHS_LINE = re.compile(r"(?:New graphs|Graphs compiled): (\d+)")  # the scripts' line, new and old
+# the scripts' line, new and older forms
+_GRAPHS_LINE = re.compile(r"(?:New graphs before evaluation|New graphs|Graphs compiled): (\d+)")
 _NPC_TOTALS = {key: re.compile(rf"Total {words}: (\d+)") for key, words in (
     ("total", "graphs"), ("succeeded", "successful compilations"), ("failed", "failed compilations"))}
 
@@ -72,7 +73,7 @@ def build_commands(script: str | os.PathLike, script_args: Sequence[str] = (), *
 
 
 def new_graphs_from_output(lines: Sequence[str]) -> int | None:
-    """The last 'New graphs: N' the training script printed (rank 0's under torchrun)."""
+    """The last 'New graphs before evaluation: N' the training script printed (rank 0's under torchrun)."""
     found = [int(m[1]) for line in lines if (m := _GRAPHS_LINE.search(line))]
     return found[-1] if found else None
 
@@ -236,11 +237,11 @@ def precompile(script: str | os.PathLike, script_args: Sequence[str] = (), *,
         trial, report.results = run(commands.trial_run)
         report.graphs_traced = new_graphs_from_output(trial.lines)
         if report.graphs_traced is None:
-            report.graphs_traced = next((r.get("graphs_compiled") for r in report.results.values()
-                                         if r.get("graphs_compiled") is not None), None)
+            report.graphs_traced = next((r.get("new_graphs") for r in report.results.values()
+                                         if r.get("new_graphs") is not None), None)
         if report.graphs_traced is None:
-            report.notes.append("the trial printed no 'New graphs: N' line and wrote no "
-                                "results JSON with graphs_compiled (plain PyTorch traces none)")
+            report.notes.append("the trial printed no 'New graphs before evaluation: N' line and "
+                                "wrote no results JSON with new_graphs (plain PyTorch traces none)")
         on_line(report.render())
         return report
 

@@ -1,6 +1,6 @@
 """Every backend-dependent value the notebooks assert or print, in one place, keyed by backend.
 
-A notebook asks `expect = expected(backend)` and asserts `run.graphs_compiled in
+A notebook asks `expect = expected(backend)` and asserts `run.new_graphs in
 expect.train_graphs`, never a literal: a literal measured on the CPU stand-in is a failure
 waiting for a learner on a trn1. Stand-in values are measured here
 (tests/test_expected_stand_in.py and the notebooks re-check them); Neuron values cite the Neuron

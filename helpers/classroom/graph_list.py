@@ -49,9 +49,9 @@ GRAPHS: dict[str, tuple[Graph, ...]] = {
     "02": (
         Graph("the training step, batch 32", 'step0 = recorder.record("step 0")', "the workbook's first graph"),
         Graph("the forward pass, cut off by `loss.item()`", "logged.append(loss.item())",
-              "`item()` runs it before `sync()`"),
+              "`item()` needs the loss before the step ends"),
         Graph("the training step at batch 16", _RAGGED, "a new batch shape"),
-        Graph("`train.py`'s training step", _TRAIN, "`output` is live at `sync()`"),
+        Graph("`train.py`'s training step", _TRAIN, "the script still holds `output` at the step's end"),
         Graph("`train.py`'s evaluation, batch 1,000", _TRAIN, "no cell evaluated before"),
         Graph("`train.py --device-loader`'s step", '"--device-loader", "--steps-this-run"',
               "`view()` joins the graph"),
@@ -80,7 +80,7 @@ GRAPHS: dict[str, tuple[Graph, ...]] = {
         Graph("`bf16`'s training step", _BF16, "BF16 weights"),
         Graph("`bf16`'s evaluation, shared", _BF16, "BF16 weights"),
         Graph("`bf16-sr`'s emulated stochastic-rounding update", _BF16,
-              "a trn1 rounds in the runtime and runs `bf16`'s graph", on=STAND_IN_ONLY),
+              "a trn1 runs `bf16`'s graph, its NeuronCore rounding stochastically", on=STAND_IN_ONLY),
         Graph("`bf16-master`'s training step", _BF16, "the FP32 master copy"),
         Graph("`autocast`'s training step", _BF16, "its casts; on a trn1 its flags"),
         Graph("`autocast`'s evaluation", _BF16, "its casts; on a trn1 its flags"),
@@ -165,8 +165,10 @@ def graph_list(notebook: str, path: Path | None = None) -> str:
         rows.append([f"{len(exercises)} graphs", "yes" if held == {True} else "no" if held == {False} else "some",
                      "which ones is what the exercises ask"])
     saved = c.compiles - c.compiles_with_archive
-    archive = ("With the classroom archive each is a cache hit instead." if saved == c.compiles else
-               f"With the classroom archive the {saved} it holds are cache hits instead.")
+    # words a reader at the top of 02 already knows: "cache hit" is defined further down
+    archive = ("With the classroom archive each loads from the cache instead: no neuronx-cc run."
+               if saved == c.compiles else
+               f"With the classroom archive the {saved} it holds load from the cache instead.")
     table = text_table(rows, ["graph", "archive", "new because"], rule=True).splitlines()
     lines = [f"neuronx-cc runs {c.compiles} times on a trn1, once for each graph below, each under "
              f"its section's heading (counted on the stand-in and a simulated trn1, not on a real "

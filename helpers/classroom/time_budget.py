@@ -8,10 +8,24 @@ helpers/classroom/graph_list.py, which the notebook shows) to the graph record
 docs/sources.md quotes it (the typical compile to a 2025 log there). tests/test_trn1_double_pass.py holds the counts the introductions
 state to the compiles the trn1 double counts.
 
-- Reading: markdown words at WORDS_PER_MIN and code lines at CODE_LINES_PER_MIN, both stated
-  paces (a learner who reads each cell before running it; not measured), counted by
-  reading_counts() and kept here as data (READING) so that an edit elsewhere in a notebook moves
-  no stated figure until the counts are refreshed.
+- Reading: all a learner reads on the core path, counted by reading_counts() and kept here as
+  data (READING) so that an edit elsewhere in a notebook moves no stated figure until the counts
+  are refreshed (`python -m helpers.classroom.time_budget --counts`, which `make notebooks` runs
+  last and which restates every figure below where it is stated, refresh()):
+  markdown words at WORDS_PER_MIN, code lines at CODE_LINES_PER_MIN, lines of output at
+  OUTPUT_LINES_PER_MIN, table rows (a script diff, a checklist) at TABLE_ROWS_PER_MIN, and a
+  picture (a plot, a figure) as one unit of PICTURE_MIN. These paces are stated, not measured: the
+  one timed reading (issue #58: a PyTorch engineer new to XLA read the core path with its outputs
+  in about 190 min, running nothing) is a figure they were not fitted to, and
+  tests/test_time_budget.py holds the clock within a tenth of it. An output folded out of sight
+  (cell tag FOLDED_TAG, which JupyterLab and the site show collapsed) is read only when opened:
+  it counts with the optional parts.
+- Exercises: each exercise's working time, stated per exercise (EXERCISE_MIN) by one rule:
+  EXERCISE_SHORT_MIN for a prediction or a line that the check then confirms, EXERCISE_LONG_MIN for
+  one that writes or fixes several lines or works a sum. The Carpentries state each episode's
+  teaching and exercise minutes and correct them from real workshops: carpentries-lab/
+  deep-learning-intro issue 124 (2021) timed its exercises at 9 to 17 min each, talk-through
+  included; ours are smaller, and the check cell replaces most of the talk-through.
 - Cells: each notebook's run time on a trn1, compiles aside (RUN_S). Inferred: the steps each cell
   trains at the AWS MLP tutorial's throughputs (287 it/s on the host CPU, 95 it/s per step
   synced, 192 it/s with MpDeviceLoader, 163 it/s per worker with two), plus about PROCESS_START_S
@@ -23,7 +37,11 @@ state to the compiles the trn1 double counts.
   small graph compiling in about 5 s: the typical figure. Minutes are planned with the upper
   one, so a class does not overrun. A graph the imported archive holds is a cache hit instead,
   read in a tenth of a second in that tutorial's second run.
-- Rounding: each part a notebook shows (reading, cells, compile wait, optional parts) is rounded
+- Plans: a 3-hour class (three_hour_class) takes the notebooks in order, each on its core path
+  with the archive and its short exercises, while SPARE_MIN of WORKSHOP_MIN is left; the whole
+  workbook (sittings) packs each notebook whole, every exercise and optional part included, into
+  3-hour sittings with the same spare.
+- Rounding: each part a notebook shows (reading, exercises, cells, compile wait, optional parts) is rounded
   once to the nearest minute (a part that is not nothing shows at least 1), and every total is
   the sum of the parts shown, so a reader's sum matches it.
 """
@@ -31,18 +49,22 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from helpers.classroom.graph_list import counts
 from mnist_mlp.common.compile_notice import SLOWEST_COMPILE_S, TYPICAL_COMPILE_S  # 2022 and 2025 logs
-from mnist_mlp.common.compile_notice import duration as exact  # 3 min 5 s
 
 WORDS_PER_MIN = 150  # technical prose read to follow it: slower than everyday reading
 CODE_LINES_PER_MIN = 10  # a code line read before its cell runs: about 6 s each
 PROCESS_START_S = 15  # a script's or torchrun worker's imports and device start (inferred)
-WORKSHOP_MIN, SPARE_MIN = 180, 30  # the core path with the archive fits a 3-hour workshop, 30 min to spare
+OUTPUT_LINES_PER_MIN = 20  # a line of output skimmed for the figure the prose names: 3 s, twice code's pace
+TABLE_ROWS_PER_MIN = 10  # a row of a script diff or a table, read like a code line
+PICTURE_MIN = 1  # a plot or figure read as one unit: its axes, its legend, the point it makes
+EXERCISE_SHORT_MIN, EXERCISE_LONG_MIN = 5, 10  # a prediction or one line; several lines or a sum
+WORKSHOP_MIN, SPARE_MIN = 180, 30  # each sitting a 3-hour slot with at least 30 min to spare
 OPTIONAL_HEADING = "## Optional · "
+FOLDED_TAG = "hide-output"  # myst-nb's tag; the cell's metadata also says jupyter.outputs_hidden
 
 
 @dataclass(frozen=True)
@@ -81,24 +103,54 @@ SOLUTIONS = NotebookTime("exercise solutions", 2)  # 02's solution: its exercise
 
 
 @dataclass(frozen=True)
+class Counts:
+    """What a learner reads in one part of a notebook."""
+    words: int = 0
+    code_lines: int = 0
+    output_lines: int = 0
+    table_rows: int = 0
+    pictures: int = 0
+
+    def seconds(self) -> float:
+        return 60 * (self.words / WORDS_PER_MIN + self.code_lines / CODE_LINES_PER_MIN
+                     + self.output_lines / OUTPUT_LINES_PER_MIN + self.table_rows / TABLE_ROWS_PER_MIN
+                     + self.pictures * PICTURE_MIN)
+
+
+@dataclass(frozen=True)
 class Reading:
-    """What a learner reads: markdown words and code lines, on the core path and in the optional
-    sections (reading_counts() of the notebook)."""
-    words: int
-    code_lines: int
-    optional_words: int = 0
-    optional_code_lines: int = 0
+    """reading_counts() of a notebook: the core path, the optional sections, and the outputs
+    folded out of sight on the core path (read when opened)."""
+    core: Counts
+    optional: Counts = Counts()
+    folded: Counts = Counts()
 
 
-READING = {  # python -m helpers.classroom.time_budget --counts prints them afresh
-    "00": Reading(701, 24),
-    "01": Reading(790, 111),
-    "02": Reading(1227, 133),
-    "03": Reading(1032, 146, 56, 7),
-    "04": Reading(1068, 73, 124, 24),
-    "05": Reading(929, 123),
-    "06": Reading(1016, 107, 142, 20),
-    "07": Reading(792, 92, 58, 21),
+def _c(*figures: int) -> Counts:
+    return Counts(*figures)
+
+
+READING = {  # words, code lines, output lines, table rows, pictures: `--counts` refreshes them
+    "00": Reading(_c(701, 24, 12, 11, 0)),
+    "01": Reading(_c(797, 115, 38, 0, 3)),
+    "02": Reading(_c(1284, 133, 121, 0, 2), _c(0, 0, 0, 0, 0), _c(0, 0, 0, 65, 0)),
+    "03": Reading(_c(1064, 146, 140, 0, 1), _c(56, 7, 25, 0, 0)),
+    "04": Reading(_c(1110, 73, 77, 0, 2), _c(124, 24, 39, 0, 0), _c(0, 0, 0, 44, 0)),
+    "05": Reading(_c(942, 123, 109, 0, 2), _c(0, 0, 0, 0, 0), _c(0, 0, 0, 90, 0)),
+    "06": Reading(_c(1039, 107, 76, 0, 3), _c(142, 20, 20, 0, 0)),
+    "07": Reading(_c(791, 92, 53, 0, 1), _c(58, 21, 10, 0, 0)),
+}
+
+# Each exercise's working minutes, in the notebook's order (the rule in the module's docstring).
+EXERCISE_MIN = {
+    "00": (),
+    "01": (EXERCISE_SHORT_MIN, EXERCISE_LONG_MIN),  # predict steps per epoch; tune lr until one batch is learnt
+    "02": (EXERCISE_SHORT_MIN, EXERCISE_LONG_MIN),  # predict a graph count; find and fix a recompile trigger
+    "03": (EXERCISE_LONG_MIN, EXERCISE_SHORT_MIN),  # seven cache-key predictions; one flag line
+    "04": (EXERCISE_SHORT_MIN, EXERCISE_LONG_MIN),  # torchrun's arguments; build a DistributedSampler
+    "05": (EXERCISE_SHORT_MIN, EXERCISE_LONG_MIN),  # try exponents; predict a thousand rounded adds
+    "06": (EXERCISE_SHORT_MIN, EXERCISE_LONG_MIN),  # read two counters; write scalars with a SummaryWriter
+    "07": (EXERCISE_LONG_MIN, EXERCISE_LONG_MIN),  # count a step's FLOPs; solve for the crossover batch
 }
 
 # Seconds its cells run on a trn1, compiles aside: (core path, optional sections), inferred as the
@@ -115,20 +167,54 @@ RUN_S = {
 }
 
 
+def output_counts(outputs) -> Counts:
+    """A cell's outputs as a learner reads them: a picture is one unit, an HTML table its rows,
+    anything else its non-blank text lines (a widget its text form)."""
+    lines = rows = pictures = 0
+    for output in outputs:
+        if output.get("output_type") == "stream":
+            lines += sum(1 for line in "".join(output["text"]).splitlines() if line.strip())
+            continue
+        data = output.get("data", {})
+        html = "".join(data.get("text/html", ""))
+        if any(kind.startswith("image/") for kind in data):
+            pictures += 1
+        elif html.count("<tr"):
+            rows += html.count("<tr")
+        else:
+            text = "".join(data.get("text/plain", "")) or "".join(output.get("traceback", []))
+            lines += sum(1 for line in text.splitlines() if line.strip())
+    return Counts(output_lines=lines, table_rows=rows, pictures=pictures)
+
+
+def _add(a: Counts, b: Counts) -> Counts:
+    return Counts(*(x + y for x, y in zip(astuple(a), astuple(b))))
+
+
+def folded(cell) -> bool:
+    return FOLDED_TAG in cell.get("metadata", {}).get("tags", [])
+
+
 def reading_counts(path) -> Reading:
-    """Markdown words (split on whitespace) and non-blank code lines of a notebook, a section
-    optional from a heading that starts OPTIONAL_HEADING to the next level-2 heading."""
-    words, lines, optional = [0, 0], [0, 0], False
+    """What a learner reads in a notebook: markdown words (split on whitespace), non-blank code
+    lines and the outputs (output_counts), a section optional from a heading that starts
+    OPTIONAL_HEADING to the next level-2 heading; a folded output on the core path apart."""
+    parts, optional = {"core": Counts(), "optional": Counts(), "folded": Counts()}, False
     for cell in json.loads(Path(path).read_text())["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
             for part in re.split(r"(?m)^(?=## )", source):
                 if part.startswith("## "):
                     optional = part.startswith(OPTIONAL_HEADING)
-                words[optional] += len(part.split())
+                where = "optional" if optional else "core"
+                parts[where] = _add(parts[where], Counts(words=len(part.split())))
         elif cell["cell_type"] == "code":
-            lines[optional] += sum(1 for line in source.splitlines() if line.strip())
-    return Reading(words[0], lines[0], words[1], lines[1])
+            where = "optional" if optional else "core"
+            code = Counts(code_lines=sum(1 for line in source.splitlines() if line.strip()))
+            parts[where] = _add(parts[where], code)
+            out = "folded" if where == "core" and folded(cell) else where
+            parts[out] = _add(parts[out], output_counts(cell.get("outputs", [])))
+    return Reading(**parts)
 
 
 def duration(seconds: float) -> str:
@@ -154,21 +240,21 @@ def wait(compiles: int) -> str:
 class Seconds:
     """One notebook's planned seconds on a trn1 (compiles at their upper figure)."""
     reading: float
+    exercises: float
     cells: float
     compiles_with_archive: float  # the core path's compile wait with the archive imported
     compiles_without_archive: float  # and without it
-    optional: float  # the optional sections, their compiles included
+    optional: float  # the optional sections, their compiles included, and the folded outputs
 
 
 def seconds(notebook: str) -> Seconds:
     b, r = BUDGET[notebook], READING[notebook]
     run, optional_run = RUN_S[notebook]
-    read = 60 * (r.words / WORDS_PER_MIN + r.code_lines / CODE_LINES_PER_MIN)
-    optional_read = 60 * (r.optional_words / WORDS_PER_MIN + r.optional_code_lines / CODE_LINES_PER_MIN)
-    return Seconds(read, run, (b.compiles_with_archive - b.optional_compiles) * SLOWEST_COMPILE_S,
-                   (b.compiles - b.optional_compiles) * SLOWEST_COMPILE_S,
-                   optional_read + optional_run + b.optional_compiles * SLOWEST_COMPILE_S
-                   if r.optional_words or r.optional_code_lines else 0)
+    optional = (r.optional.seconds() + optional_run + b.optional_compiles * SLOWEST_COMPILE_S
+                if r.optional != Counts() else 0)
+    return Seconds(r.core.seconds(), 60 * sum(EXERCISE_MIN[notebook]), run,
+                   (b.compiles_with_archive - b.optional_compiles) * SLOWEST_COMPILE_S,
+                   (b.compiles - b.optional_compiles) * SLOWEST_COMPILE_S, optional + r.folded.seconds())
 
 
 def whole_minutes(seconds_: float) -> int:
@@ -180,6 +266,7 @@ def whole_minutes(seconds_: float) -> int:
 class Minutes:
     """One notebook's figures as it shows them: each part rounded once, the totals their sums."""
     reading: int
+    exercises: int
     cells: int
     compiles_with_archive: int
     compiles_without_archive: int
@@ -187,18 +274,19 @@ class Minutes:
 
     @property
     def core_with_archive(self) -> int:
-        return self.reading + self.cells + self.compiles_with_archive
+        return self.reading + self.exercises + self.cells + self.compiles_with_archive
 
     @property
     def core_without_archive(self) -> int:
-        return self.reading + self.cells + self.compiles_without_archive
+        return self.reading + self.exercises + self.cells + self.compiles_without_archive
 
 
 def minutes(notebook: str) -> Minutes:
     """seconds(), each part in whole minutes (whole_minutes)."""
     s = seconds(notebook)
     return Minutes(*(whole_minutes(value) for value in
-                     (s.reading, s.cells, s.compiles_with_archive, s.compiles_without_archive, s.optional)))
+                     (s.reading, s.exercises, s.cells, s.compiles_with_archive, s.compiles_without_archive,
+                      s.optional)))
 
 
 MODELLED = "Modelled, not measured"
@@ -207,7 +295,7 @@ MODELLED = "Modelled, not measured"
 def intro_sentence(notebook: str) -> str:
     """The lines a notebook's introduction states its time with, word for word."""
     b, m = BUDGET[notebook], minutes(notebook)
-    parts = [f"{m.reading} to read", f"{m.cells} of cells"]
+    parts = [f"{m.reading} to read"] + ([f"{m.exercises} of exercises"] if m.exercises else []) + [f"{m.cells} of cells"]
     if not b.compiles:
         text = f"**Time:** {m.core_with_archive} min ({', '.join(parts)} on a trn1). No `neuronx-cc` compile."
     else:
@@ -220,9 +308,10 @@ def intro_sentence(notebook: str) -> str:
                 f"trn1), {m.core_without_archive} without it ({m.compiles_without_archive - m.compiles_with_archive}"
                 f" more of compiles). `neuronx-cc` runs **{b.compiles} times**, {archive}.")
     if m.optional:
-        text += f" Optional parts add {m.optional} min."
+        what = "Optional parts" if READING[notebook].optional != Counts() else "Folded outputs"
+        text += f" {what} add {m.optional} min."
     if b.compiles:
-        return f"{text} {MODELLED} (each compile at {exact(SLOWEST_COMPILE_S)}, its upper figure)."
+        return f"{text} {MODELLED} (each compile at its upper figure)."
     return f"{text} {MODELLED}."
 
 
@@ -230,6 +319,7 @@ def intro_sentence(notebook: str) -> str:
 class Totals:
     """The whole workbook: each figure the sum of the notebooks' figures as shown."""
     reading: int
+    exercises: int
     cells: int
     compiles_with_archive: int  # minutes of compile wait on the core path
     compiles_without_archive: int
@@ -244,23 +334,90 @@ def totals() -> Totals:
     every = [minutes(n) for n in BUDGET]
     rows = [*BUDGET.values(), SOLUTIONS]
     return Totals(*(sum(getattr(m, name) for m in every) for name in
-                    ("reading", "cells", "compiles_with_archive", "compiles_without_archive",
+                    ("reading", "exercises", "cells", "compiles_with_archive", "compiles_without_archive",
                      "core_with_archive", "core_without_archive", "optional")),
                   sum(r.compiles for r in rows), sum(r.compiles_with_archive for r in rows))
 
 
-def spare_sentence() -> str:
-    """What the core path with the archive leaves of a 3-hour workshop (notebooks/README.md)."""
-    return (f"The core path with the archive leaves {WORKSHOP_MIN - totals().core_with_archive} minutes of a "
-            "3-hour workshop")
+TIMED_READING_MIN = 190  # issue #58: one reader, the core path with its outputs, nothing run
+
+
+def reading_check_minutes() -> int:
+    """The clock's reading of the core path with its folded outputs opened, what that reader read."""
+    return round(sum(READING[n].core.seconds() + READING[n].folded.seconds() for n in BUDGET) / 60)
+
+
+def span(numbers: list[str]) -> str:
+    """'02', '03 and 04', '00 to 03'."""
+    if len(numbers) < 3:
+        return " and ".join(numbers)
+    return f"{numbers[0]} to {numbers[-1]}"
+
+
+def long_exercises(notebook: str) -> int:
+    return sum(m for m in EXERCISE_MIN[notebook] if m > EXERCISE_SHORT_MIN)
+
+
+def class_minutes(notebook: str) -> int:
+    """A notebook in the 3-hour class: its core path with the archive, its short exercises only."""
+    return minutes(notebook).core_with_archive - long_exercises(notebook)
+
+
+def three_hour_class() -> list[str]:
+    """The notebooks a 3-hour class covers, in order, while it leaves SPARE_MIN to spare."""
+    covered: list[str] = []
+    for number in BUDGET:
+        if sum(class_minutes(n) for n in [*covered, number]) > WORKSHOP_MIN - SPARE_MIN:
+            break
+        covered.append(number)
+    return covered
+
+
+def whole_minutes_of(notebook: str) -> int:
+    """A notebook whole: core path with the archive, every exercise, the optional parts and folded outputs."""
+    return minutes(notebook).core_with_archive + minutes(notebook).optional
+
+
+def sittings() -> list[list[str]]:
+    """The whole workbook in 3-hour sittings, each notebook whole and in order, each sitting with
+    SPARE_MIN to spare."""
+    plan: list[list[str]] = [[]]
+    for number in BUDGET:
+        if plan[-1] and sum(whole_minutes_of(n) for n in [*plan[-1], number]) > WORKSHOP_MIN - SPARE_MIN:
+            plan.append([])
+        plan[-1].append(number)
+    return plan
+
+
+def class_sentence() -> str:
+    """The 3-hour class, what it covers and what it leaves for later (README, notebooks/README.md,
+    docs/instructor.md)."""
+    covered = three_hour_class()
+    used = sum(class_minutes(n) for n in covered)
+    later = [n for n in BUDGET if n not in covered]
+    left = sum(long_exercises(n) for n in covered)
+    return (f"A 3-hour class covers notebooks {span(covered)} on the core path with the archive, with "
+            f"their short exercises: {hours(used)}, leaving {WORKSHOP_MIN - used} min for questions "
+            f"and a break. It leaves for later {span(later)}, the longer exercises of the notebooks it "
+            f"covers ({left} min) and the optional parts")
+
+
+def sittings_sentence() -> str:
+    """The whole workbook in sittings (README, notebooks/README.md, docs/instructor.md)."""
+    plan = sittings()
+    parts = [f"{span(s)} ({hours(sum(whole_minutes_of(n) for n in s))})" for s in plan]
+    listed = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    return (f"The whole workbook, every exercise and optional part included, takes {len(plan)} "
+            f"sitting{'s' if len(plan) > 1 else ''} of 3 hours: {listed}, each with at least {SPARE_MIN} min to spare")
 
 
 def workbook_sentence() -> str:
     """The whole workbook's figures, as README.md and docs/instructor.md state them."""
     t = totals()
     return (f"The core path takes {hours(t.core_with_archive)} on a trn1 with the classroom archive "
-            f"and {hours(t.core_without_archive)} without it; the optional sections add "
-            f"{hours(t.optional)}. In all `neuronx-cc` runs {t.compiles} times ({wait(t.compiles)}), "
+            f"and {hours(t.core_without_archive)} without it, {hours(t.exercises)} of exercises included; "
+            f"the optional sections and folded outputs add {hours(t.optional)}. In all `neuronx-cc` runs "
+            f"{t.compiles} times ({wait(t.compiles)}), "
             f"or {t.compiles_with_archive_count} times ({wait(t.compiles_with_archive_count)}) with the archive")
 
 
@@ -274,25 +431,104 @@ def self_paced_sentence() -> str:
 
 def budget_table() -> str:
     """The table notebooks/README.md shows (markdown): in each row the core path is the sum of
-    its reading, cells and compile wait; the last row sums each column."""
-    lines = ["| notebook | reading | cells on a trn1 | `neuronx-cc` runs | compile wait, with / without the "
-             "archive | core path, with the archive | without it | optional sections |",
-             "|---|---|---|---|---|---|---|---|"]
+    its reading, exercises, cells and compile wait; the last row sums each column."""
+    lines = ["| notebook | reading | exercises | cells on a trn1 | `neuronx-cc` runs | compile wait, with / "
+             "without the archive | core path, with the archive | without it | optional parts, folded outputs |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for number, b in BUDGET.items():
         m = minutes(number)
         kept = f" ({b.compiles_with_archive} with the archive: {b.why_with_archive})" if b.compiles_with_archive else ""
-        lines.append(f"| {number} · {b.title} | {m.reading} min | {m.cells} min | {b.compiles}, "
-                     f"{wait(b.compiles)}{kept} | {m.compiles_with_archive} / {m.compiles_without_archive} min | "
-                     f"{m.core_with_archive} min | {m.core_without_archive} min | "
+        exercises = " + ".join(str(e) for e in EXERCISE_MIN[number])
+        lines.append(f"| {number} · {b.title} | {m.reading} min | "
+                     f"{f'{exercises} = {m.exercises} min' if m.exercises else 'none'} | {m.cells} min | "
+                     f"{b.compiles}, {wait(b.compiles)}{kept} | {m.compiles_with_archive} / "
+                     f"{m.compiles_without_archive} min | {m.core_with_archive} min | {m.core_without_archive} min | "
                      f"{f'{m.optional} min' if m.optional else 'none'} |")
-    lines.append(f"| {SOLUTIONS.title} | | | {SOLUTIONS.compiles}, {wait(SOLUTIONS.compiles)} (an answer "
+    lines.append(f"| {SOLUTIONS.title} | | | | {SOLUTIONS.compiles}, {wait(SOLUTIONS.compiles)} (an answer "
                  "other than the solution's compiles its own graphs, once) | | | | |")
     t = totals()
-    lines.append(f"| **whole workbook** | **{t.reading} min** | **{t.cells} min** | "
+    lines.append(f"| **whole workbook** | **{t.reading} min** | **{t.exercises} min** | **{t.cells} min** | "
                  f"**{t.compiles}, {wait(t.compiles)}** | **{t.compiles_with_archive} / "
                  f"{t.compiles_without_archive} min** | **{hours(t.core_with_archive)}** | "
                  f"**{hours(t.core_without_archive)}** | **{hours(t.optional)}** |")
     return "\n".join(lines)
+
+
+def reading_source(counted: dict[str, Reading]) -> str:
+    """READING as this module holds it, from reading_counts() of each notebook."""
+    def figures(c: Counts) -> str:
+        return f"_c({', '.join(str(n) for n in astuple(c))})"
+
+    rows = []
+    for number, r in counted.items():
+        parts = [figures(r.core)] + ([figures(r.optional)] if r.optional != Counts() or r.folded != Counts() else [])
+        parts += [figures(r.folded)] if r.folded != Counts() else []
+        rows.append(f'    "{number}": Reading({", ".join(parts)}),')
+    return "\n".join(["READING = {  # words, code lines, output lines, table rows, pictures: `--counts` "
+                      "refreshes them", *rows, "}"])
+
+
+def refresh_counts(module: Path, notebooks: Path) -> str:
+    """Rewrites READING in `module` with the notebooks' counts now; returns the new block."""
+    counted = {path.name[:2]: reading_counts(path) for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb"))}
+    text = module.read_text()
+    start = text.index("\nREADING = {") + 1
+    end = text.index("\n}\n", start) + 2
+    block = reading_source(counted)
+    module.write_text(text[:start] + block + text[end:])
+    return block
+
+
+# Where the stated figures live, and the text each function writes there (refresh()).
+STATED = {
+    r"The core path takes \d.*? or \d+ times \([^)]*\) with the archive": workbook_sentence,
+    r"A 3-hour class covers .*? and the optional parts": class_sentence,
+    r"The whole workbook, every exercise and optional part included, takes .*? to spare": sittings_sentence,
+    r"It runs every notebook and solution unattended, in about .*? of compiles": self_paced_sentence,
+    r"The clock gives \d+ min for the same reading": lambda: f"The clock gives {reading_check_minutes()} min "
+                                                           "for the same reading",
+}
+DOCS = ("README.md", "notebooks/README.md", "docs/instructor.md")
+TIME_LINE = re.compile(r"\*\*Time:\*\*.*?Modelled, not measured(?: \(each compile at [^)]*\))?\.", re.S)
+
+
+def _write_intros(notebooks: Path) -> bool:
+    """Each notebook's "**Time:**" line as intro_sentence() writes it; whether any changed."""
+    import nbformat
+
+    changed = False
+    for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        cell = next(c for c in nb.cells if c.cell_type == "markdown")
+        line = intro_sentence(path.name[:2])
+        new = TIME_LINE.sub(lambda _, line=line: line, cell.source, count=1)
+        if new != cell.source:
+            cell.source, changed = new, True
+            nbformat.write(nb, path)
+    return changed
+
+
+def refresh(root: Path, module: Path) -> str:
+    """After the notebooks changed (`make notebooks`): READING from them, then every stated figure
+    (the introductions' time lines, the docs' sentences and table) from the clock. A time line's
+    own words are counted, so it repeats until the figures hold still. Run in its own process:
+    it updates this module's READING in place."""
+    for _ in range(5):
+        block = refresh_counts(module, root / "notebooks")
+        READING.clear()
+        READING.update({p.name[:2]: reading_counts(p) for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))})
+        if not _write_intros(root / "notebooks"):
+            break
+    for name in DOCS:
+        path = root / name
+        text = path.read_text()
+        for pattern, sentence in STATED.items():
+            text = re.sub(pattern, lambda _, s=sentence: s(), text, flags=re.S)
+        if name == "notebooks/README.md":
+            start = text.index("| notebook | reading |")
+            text = text[:start] + budget_table() + text[text.index("\n\n", start):]
+        path.write_text(text)
+    return block
 
 
 if __name__ == "__main__":  # prints what the docs paste in: python -m helpers.classroom.time_budget [--counts]
@@ -300,13 +536,13 @@ if __name__ == "__main__":  # prints what the docs paste in: python -m helpers.c
 
     from mnist_mlp.common.paths import REPO_ROOT
 
-    if "--counts" in sys.argv:
-        for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-            print(f"    \"{path.name[:2]}\": {reading_counts(path)},")
+    if "--counts" in sys.argv:  # after `make notebooks`: the outputs moved, so every stated figure does
+        print(refresh(REPO_ROOT, Path(__file__)))
     else:
         for number in BUDGET:
             print(number, intro_sentence(number))
         print(budget_table())
         print(workbook_sentence())
-        print(spare_sentence())
+        print(class_sentence())
+        print(sittings_sentence())
         print(self_paced_sentence())

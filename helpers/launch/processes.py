@@ -117,15 +117,17 @@ def start_streamed(cmd: Sequence[str], sink: queue.Queue, tag, *,
 
 # A run's summary: what a later run in the same notebook shows instead of its whole log (the
 # first run shows it all). The compiler wrapper's lines stay: on a trn1 they are the lesson
-# ("Using a cached neff"). They are found by their messages, and by the wrapper's tag in either
-# of its spellings: `||NCC_WRAPPER||` up to neuronxcc 2.8 (the docs' 2023 examples), then
-# `||NEURON_CC_WRAPPER||` (users' logs from 2.12 on: tests/platform_output/corpus.yaml). Errors
-# stay, whatever prints them (the wrapper's and the runtime's `ERROR` level, Python's errors).
+# ("Using a cached neff", "Compilation Successfully Completed for model.MODULE_…"). They are found
+# by their messages, and by the wrapper's tag in either of its spellings: `||NCC_WRAPPER||` up to
+# neuronxcc 2.8 (the docs' 2023 examples), then `||NEURON_CC_WRAPPER||` (users' logs from 2.12 on);
+# from Neuron 2.29 the wrapper prints `[INFO]:` and no tag (tests/platform_output/corpus.yaml).
+# Errors stay, whatever prints them (the wrapper's and the runtime's `ERROR` level, Python's errors).
 # torch-xla's CPU client's reload complaints ("Deserializing serialized executable not
 # supported", the stand-in's cache) are counted by notebook 03, not shown. The compile notice's
 # lines stay too (mnist_mlp/common/compile_notice.py): a wait is never silent.
 WRAPPER_MESSAGES = (r"Using a cached neff|Got a cached failed neff|Failed compilation with|"
-                    r"[Cc]ompilation failed|Another process must be compiling")
+                    r"[Cc]ompilation failed|Another process must be compiling|"
+                    r"Compilation Successfully Completed")
 SUMMARY_LINE = re.compile(r"^Backend:|New graphs|Graphs compiled|Train throughput|Test accuracy|"
                           r"\|\|(?:NEURON_CC|NCC)_WRAPPER\|\||" + WRAPPER_MESSAGES + "|"
                           r"Total (?:graphs|successful|failed)|\bERROR\b|Error|error:|"

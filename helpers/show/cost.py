@@ -128,8 +128,8 @@ def at_learners_rate(rows: list[dict], data: dict | None = None, instance: str =
             if r["instance"] != instance]
     if not runs:
         return ""
-    return (f"The same epochs on a {instance} at {rate.short()}, if its two NeuronCores run them as "
-            f"fast: {'; '.join(runs)}\n  (rate: {rate.cite()})")
+    return (f"Modelled, not measured: the same epochs on a {instance} at {rate.short()}, if its two "
+            f"NeuronCores run them as fast: {'; '.join(runs)}\n  (rate: {rate.cite()})")
 
 
 def unpriced_runs(data: dict | None = None) -> str:

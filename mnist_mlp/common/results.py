@@ -34,8 +34,10 @@ class RunResults:
     test_accuracy: float
     wall_time_s: float
     loss_history: list  # [[step, loss], ...] (rank 0's under torchrun)
-    graphs_compiled: int | None = None  # XLA stages
-    compile_time_s: float | None = None
+    # XLA stages: the graphs first met before evaluation (torch-xla's UncachedCompile), each
+    # compiled or loaded from the compile cache, and the seconds that took (CompileTime)
+    new_graphs: int | None = None
+    new_graphs_time_s: float | None = None
     device_loader: bool | None = None  # xla
     precision: str | None = None  # bf16 stages
     gradient_reduce: str | None = None  # torchrun: "xla" or "gloo"
@@ -98,15 +100,16 @@ def finish_run(stage: str, args, backend, model, tracker: StepTracker, test_load
     over all 10,000 test images and the results record. write=False on ranks other than 0:
     they stop after the end line (the replicas are equal, so rank 0's accuracy is everyone's).
 
-    On XLA it first prints the new graphs (`New graphs: N (compiled or loaded from the cache in
-    X s)`, every rank: torch-xla's UncachedCompile and CompileTime, which count a compile-cache hit
-    as well as a neuronx-cc compile) and records them; --device-loader and --precision go into the record when given."""
+    On XLA it first prints the new graphs so far, before evaluation adds its own (`New graphs before
+    evaluation: N (compiled or loaded from the cache in X s)`, every rank: torch-xla's
+    UncachedCompile and CompileTime, which count a compile-cache hit as well as a neuronx-cc
+    compile) and records them; --device-loader and --precision go into the record when given."""
     if backend.uses_xla:
         from mnist_mlp.common.xla_metrics import compile_stats
 
         graphs, seconds = compile_stats()
-        print(f"New graphs: {graphs} (compiled or loaded from the cache in {seconds:.2f} s)")
-        extra = dict(graphs_compiled=graphs, compile_time_s=seconds, **extra)
+        print(f"New graphs before evaluation: {graphs} (compiled or loaded from the cache in {seconds:.2f} s)")
+        extra = dict(new_graphs=graphs, new_graphs_time_s=seconds, **extra)
     for flag in ("device_loader", "precision"):  # None: a flag this stage does not take
         if vars(args).get(flag) is not None:
             extra.setdefault(flag, vars(args)[flag])

@@ -27,7 +27,7 @@ SHUT_DOWN_BEFORE = re.compile(r"[Bb]efore notebook (\d\d), shut this kernel down
 # "compiles **11 new graphs**", "runs `neuronx-cc` **7 times**": what the introduction promises.
 STATED_COMPILES = re.compile(r"\*\*(\d+)\s+(?:new\s+graphs|graphs|times)\*\*")
 # mnist_mlp.common.results.finish_run's line, every rank (a torchrun rank's behind its prefix)
-NEW_GRAPHS = re.compile(r"^(?:\[rank\d+\]: )?(?:\[rank \d+\] )?New graphs: (\d+) \(compiled or loaded", re.M)
+NEW_GRAPHS = re.compile(r"^(?:\[rank\d+\]: )?(?:\[rank \d+\] )?New graphs(?: before evaluation)?: (\d+) \(compiled or loaded", re.M)
 # notebook 06's utilization widget, as its cell prints the source and the series it drew
 UTILIZATION = re.compile(r"^source: (.*?); series: \[(.*)\]$", re.M)
 # the double's neuron-explorer `view` (tests/trn1_double/tools/neuron_explorer.py)

@@ -226,8 +226,6 @@ def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
             said = int((now - waiting_since) // 60)
             say(rules.stamped(rules.WAITING_LINE.format(key=entry.name, minutes=(now - waiting_since) / 60)))
         time.sleep(WAIT_POLL_S)
-    work = f"{work_directory()}/model.{entry.name}"
-    say(rules.stamped(rules.COMPILE_START_LINE.format(hlo=f"{work}.hlo_module.pb", neff=f"{work}.neff")))
     try:
         compile_with_retries(entry, graph_hash, hlo, key)
     except RuntimeError as error:  # the wrapper's ERROR line, then the failure reaches the caller
@@ -235,6 +233,7 @@ def on_graph(graph_hash: str, hlo: bytes, say=print) -> None:
         raise
     for line in rules.COMPILED_LINES:
         say(line)
+    say(rules.stamped(rules.COMPLETED_LINE.format(module=entry.name)))
     journal("compiled", key=key, cached=True, **({"debug": True} if debug_requested() else {}))
 
 

@@ -26,15 +26,23 @@ RESERVES_EVERY_VISIBLE_CORE_UNTIL_EXIT = True
 # asked for and how many of them were free (how the runtime counts Available is not stated).
 BUSY_CORE_LINE = ("ERROR NRT:nrt_allocate_neuron_cores NeuronCore(s) not available - "
                   "Requested:nc{first}-nc{last} Available:{available}")
-# The compiler wrapper's lines in the newest form real logs show (tests/platform_output/corpus.yaml;
-# docs/sources.md, "The compiler wrapper's lines: the docs' 2023 form and today's"): the tag
-# ||NEURON_CC_WRAPPER|| from neuronxcc 2.12 on (the caching page's 2023 examples say
-# ||NCC_WRAPPER||), ERROR for a failure (2.15 logs), each line after "<date> <time>:  <pid>  ".
-COMPILE_START_LINE = ("INFO ||NEURON_CC_WRAPPER||: Call compiler with cmd: neuronx-cc compile "
-                      "--target=trn1 --framework=XLA {hlo} --output {neff} --verbose=35")
-CACHED_NEFF_LINE = ("INFO ||NEURON_CC_WRAPPER||: Using a cached neff at {neff}. Exiting with a "
-                    "successfully compiled graph.")
-# 2.15: the message, ": ", then on the next line the failure text the entry stored.
+# The compiler wrapper's lines in the newest form public logs show (tests/platform_output/corpus.yaml;
+# docs/sources.md, "The compiler wrapper's lines: the docs' 2023 form, 2024's and Neuron 2.29's"),
+# each after "<date> <time>:  <pid>  ". From Neuron 2.29 (logs from 2026-03 on; 2.31 is later) the
+# wrapper prints "[INFO]: " with no tag, and a compile shows no start line: dots, "Compiler status
+# PASS", then "[INFO]: Compilation Successfully Completed for model.MODULE_….hlo_module.pb" (the
+# NKI quickstart's logs at the v2.29.0 and v2.31.0 tags). A cache hit's "[INFO]: Using a cached
+# neff" is quoted by a trn1 script (trnsci/trnblas, neuronxcc 2.24.5133); the rest of that line is
+# not in the sources: the double keeps the words of the 2024 logs.
+CACHED_NEFF_LINE = "[INFO]: Using a cached neff at {neff}. Exiting with a successfully compiled graph."
+# What closes a compile: neuronx-cc's own "Compiler status PASS" (every log from 2023 on; the 2022
+# tutorial's "Exiting with a successfully compiled graph" after it is in no later log), then the
+# wrapper's line (stamped).
+COMPILED_LINES = ("Compiler status PASS",)
+COMPLETED_LINE = "[INFO]: Compilation Successfully Completed for model.{module}.hlo_module.pb"
+# Failures: no public log of Neuron 2.29 on shows one; the newest (2024, neuronxcc 2.15) say ERROR
+# ||NEURON_CC_WRAPPER||, which the double keeps. 2.15: the message, ": ", then on the next line the
+# failure text the entry stored.
 CACHED_FAILURE_LINE = ("ERROR ||NEURON_CC_WRAPPER||: Got a cached failed neff at {neff}. Will skip "
                        "compilation, please set --retry_failed_compilation for recompilation: \n {failure}")
 COMPILE_FAILED_LINE = "ERROR ||NEURON_CC_WRAPPER||: {failure}"
@@ -42,13 +50,10 @@ COMPILE_FAILED_LINE = "ERROR ||NEURON_CC_WRAPPER||: {failure}"
 # that fails after its retries"); a 2024 log's line starts "ERROR ||NEURON_CC_WRAPPER||: Compilation
 # failed for /tmp/…" (optimum-neuron issue 698), its end not shown.
 RETRIES_SPENT_LINE = "ERROR ||NEURON_CC_WRAPPER||: Compilation failed for {path} after {retries} retries."
-# What closes a compile in every log from 2023 on (the 2022 tutorial's "Exiting with a
-# successfully compiled graph" after it is in no later log).
-COMPILED_LINES = ("Compiler status PASS",)
 # Not in the Neuron docs nor in a public log with a URL: learners' reports of a lock left by a
 # killed compile (docs/sources.md, "A lock left by a killed compile makes the next compile of that
-# graph wait"); its tag is inferred from the wrapper's other lines.
-WAITING_LINE = ("INFO ||NEURON_CC_WRAPPER||: Another process must be compiling {key}, been waiting "
+# graph wait"), the newest (2026-08) in the "[INFO]: " form.
+WAITING_LINE = ("[INFO]: Another process must be compiling {key}, been waiting "
                 "for: {minutes:.1f} minutes")
 
 
