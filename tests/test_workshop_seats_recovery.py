@@ -2,8 +2,10 @@
 decided from the resource schemas as tests/test_workshop_update.py decides updates: a seat listed in
 ReplaceSeats with a new generation has its instance replaced and nothing else; SpareSeats adds
 seats after the learners' without touching theirs; a failed lab reports into its own seat's
-LabNNStatus output."""
+LabNNStatus output; the documented restart names the unit that runs JupyterLab."""
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -64,3 +66,18 @@ def test_each_seat_reports_its_own_first_boot(count):
     for seat in seats(stack):
         assert stack.outputs[f"Lab{seat}Status"] == stack.get_att(f"Lab{seat}Ready", "Data")
     assert len({stack.outputs[f"Lab{s}Status"] for s in seats(stack)}) == count
+
+
+def test_the_documented_restart_names_the_service_the_lab_runs():
+    """The page's one command restarts the unit bootstrap.sh writes for JupyterLab, through
+    AWS-RunShellScript, on the instance it names."""
+    from tests.paths import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "workshop-stack.md").read_text()
+    section = page.split("## One bad lab, one seat\n", 1)[1].split("\n## ", 1)[0]
+    (service,) = re.findall(r"systemctl restart ([\w-]+)", section)
+    assert "--document-name AWS-RunShellScript" in section and "aws ssm send-command" in section
+    bootstrap = (REPO_ROOT / "deploy" / "bootstrap.sh").read_text()
+    assert f'"$LAB_SYSTEMD_DIR/{service}.service"' in bootstrap
+    unit = bootstrap.split(f'cat > "$LAB_SYSTEMD_DIR/{service}.service"', 1)[1].split("\nEOF", 1)[0]
+    assert re.search(r"^ExecStart=\$make --no-print-directory lab ", unit, re.M), unit
