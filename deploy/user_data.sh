@@ -2,10 +2,12 @@
 # deploy/user_data.sh: the user data of every workshop lab (deploy/workshop.yaml embeds this file
 # unchanged after a header that exports the LAB_* values below; tests/test_workshop_stack.py holds
 # the two equal). Clones the workbook at the commit, runs its deploy/bootstrap.sh, and signals the
-# lab's wait condition: curl PUTs {"Status": "SUCCESS" or "FAILURE", "Reason": ...} to the
-# presigned URL of its handle, as CloudFormation documents. The trap that sends it is set before
+# lab's wait condition: curl PUTs {"Status": "SUCCESS", "Data": "ready" or "FAILED: <reason>"} to
+# the presigned URL of its handle, as CloudFormation documents. The trap that sends it is set before
 # anything can fail and needs only bash and curl, so every failure (installing the AWS CLI, the
-# clone, bootstrap's steps) fails the stack at once with its reason, never after the timeout.
+# clone, bootstrap's steps) is reported at once with its reason, never after the timeout. A failed
+# lab fails its seat, not the class: the stack goes on, and the seat's LabNNStatus output says why
+# (docs/workshop-stack.md, "One bad lab, one seat").
 set -uo pipefail
 LAB_LOG=${LAB_LOG:-/var/log/workshop-lab.log}
 stage="starting"
@@ -21,7 +23,7 @@ json_string() {  # json_string TEXT: TEXT as a JSON string (quotes, backslashes,
     printf '"%s"' "$(printf '%s' "$text" | tr -d '\000-\037')"
 }
 
-signal() {  # signal SUCCESS|FAILURE REASON DATA: PUT to the wait condition handle's URL
+signal() {  # signal SUCCESS REASON DATA: PUT to the wait condition handle's URL
     local body
     body="{\"Status\":\"$1\",\"Reason\":$(json_string "$2"),\"UniqueId\":$(json_string "${LAB_RESOURCE:-lab}"),\"Data\":$(json_string "$3")}"
     curl -fsS --retry 5 --retry-connrefused --max-time 30 -X PUT -H 'Content-Type:' \
@@ -33,7 +35,7 @@ report() {
     trap - EXIT
     if [ "$status" -eq 0 ]; then
         echo "workshop lab: ready; signalling CloudFormation"
-        signal SUCCESS "$LAB_RESOURCE is ready: JupyterLab answers on 127.0.0.1" "" || status=1
+        signal SUCCESS "$LAB_RESOURCE is ready: JupyterLab answers on 127.0.0.1" "ready" || status=1
     else
         # The step bootstrap was in (its last "N/5" line), else this script's stage, and the log's
         # last lines, which say why (bootstrap's fail() message, a tool's error).
@@ -43,7 +45,10 @@ report() {
             | tr '\n' ' ' | tail -c 700)"
         echo "workshop lab: FAILED (exit status $status), the lines above say where; the whole log" \
              "is $LAB_LOG. Signalling CloudFormation."
-        signal FAILURE "$reason" "$(this_boot | tail -n 30 | tail -c 3000)"
+        # SUCCESS to CloudFormation (this lab has finished booting), FAILED in the data its seat's
+        # LabNNStatus output shows: a FAILURE would fail the stack, and with it every other lab.
+        # The data also carries the log's last 30 lines (under 4 KB in all), where the cause often is.
+        signal SUCCESS "$reason" "FAILED: $reason | the log's last lines: $(this_boot | tail -n 30 | tail -c 2800)"
     fi
     exit "$status"
 }

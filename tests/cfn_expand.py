@@ -112,6 +112,9 @@ class Stack:
             return f"arn:{PARTITION}:events:{REGION}:{ACCOUNT}:rule/{physical_id(logical_id, resource_type)}"
         if resource_type == "AWS::EC2::LaunchTemplate" and attribute == "LatestVersionNumber":
             return "1"
+        if resource_type == "AWS::CloudFormation::WaitCondition" and attribute == "Data":
+            # A JSON object of the signals' UniqueId to Data, known once the lab has signalled.
+            return f"{{signals of {logical_id}}}"
         raise KeyError(f"Fn::GetAtt {logical_id}.{attribute} is not modelled")
 
     def _sub(self, text: str, values: dict) -> str:
@@ -152,6 +155,7 @@ class Stack:
             return self._sub(text, {k: self.resolve(v) for k, v in values.items()})
         if function == "Fn::GetAtt":
             logical_id, attribute = argument if isinstance(argument, list) else argument.split(".", 1)
+            logical_id = self.resolve(logical_id)  # a name written with Fn::Sub inside Fn::ForEach
             return self.get_att(logical_id, attribute)
         args = self.resolve(argument)
         if function == "Fn::Equals":

@@ -44,6 +44,7 @@ def test_reset_restores_the_notebooks_and_removes_run_outputs(workbook):
     text = "\n".join(said)
     assert "notebooks/01_cpu.ipynb" in text and "checkpoints/" in text and "results/" in text
     assert text.index("notebooks/01_cpu.ipynb") < text.index("Reset done"), "shown first"
+    assert said[-1].endswith("run the notebooks again in order from 01."), said  # what 04 needs
     assert (workbook / "notebooks" / "01_cpu.ipynb").read_text() == '{"committed": true}\n'
     assert (workbook / "notebooks" / "mine.ipynb").exists()
     assert not (workbook / "checkpoints").exists() and not (workbook / "results").exists()

@@ -99,7 +99,7 @@ def test_a_subnet_with_no_way_out_fails_the_lab_at_once_saying_what_to_do(tmp_pa
     stack = class_of(count)
     seat = seats(stack)[-1]
     (signal,), log = run_user_data(tmp_path, stack, seat, curl_exit=28, bucket_region="us-east-1")
-    assert signal["Status"] == "FAILURE" and signal["UniqueId"] == f"Lab{seat}"
+    assert signal["Data"].startswith("FAILED: ") and signal["UniqueId"] == f"Lab{seat}"
     assert signal["Reason"].startswith(f"Lab{seat} failed at checking the way out to the internet")
     said = signal["Reason"] + signal["Data"]
     assert "https://example.org/workbook.git did not answer within 20 s" in said
@@ -111,7 +111,7 @@ def test_a_cache_in_another_region_fails_the_lab_at_once_saying_what_to_do(tmp_p
     stack = class_of(count)
     seat = seats(stack)[-1]
     (signal,), _ = run_user_data(tmp_path, stack, seat, curl_exit=0, bucket_region="eu-west-1")
-    assert signal["Status"] == "FAILURE"
+    assert signal["Data"].startswith("FAILED: ")
     assert "checking the classroom cache's bucket is in us-east-1" in signal["Reason"]
     assert "class-bucket is in eu-west-1, not in the stack's Region us-east-1" in signal["Reason"] + signal["Data"]
     assert "https://s3.us-east-1.amazonaws.com/class-bucket" in (tmp_path / "requests").read_text()
@@ -121,5 +121,5 @@ def test_with_a_way_out_and_the_cache_in_the_region_the_lab_goes_on(tmp_path):
     """Both checks pass: the lab goes on to the clone (which the git stand-in refuses here)."""
     stack = class_of(3)
     (signal,), log = run_user_data(tmp_path, stack, "02", curl_exit=0, bucket_region="us-east-1")
-    assert signal["Status"] == "FAILURE" and "failed at cloning" in signal["Reason"], signal
+    assert signal["Data"].startswith("FAILED: ") and "failed at cloning" in signal["Reason"], signal
     assert "no way out" not in log and "not in the stack's Region" not in log

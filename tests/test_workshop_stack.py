@@ -154,9 +154,14 @@ def test_a_class_of_n_learners_gets_seats_01_to_n(template):
     assert (count["MinValue"], count["MaxValue"]) == (1, len(seats)) == (1, 40)
     assert {n: seats[n]["Seats"] for n in seats} == {
         str(n): [f"{i:02d}" for i in range(1, n + 1)] for n in range(1, 41)}
+    # LearnerCount plus SpareSeats (0 to 4), never over 40: SeatCount holds the sum, under both keys.
+    spares = template["Parameters"]["SpareSeats"]
+    assert (spares["MinValue"], spares["MaxValue"]) == (0, 4)
+    assert template["Mappings"]["SeatCount"] == {
+        str(n): {str(k): str(n + k) for k in range(0, 5) if n + k <= 40} for n in range(1, 41)}
     identifier, collection, _ = template["Resources"]["Fn::ForEach::Labs"]
-    assert (identifier, collection) == (
-        "Seat", {"Fn::FindInMap": ["Seats", {"Ref": "LearnerCount"}, "Seats"]})
+    assert (identifier, collection) == ("Seat", {"Fn::FindInMap": [
+        "Seats", {"Fn::FindInMap": ["SeatCount", {"Ref": "LearnerCount"}, {"Ref": "SpareSeats"}]}, "Seats"]})
     assert template["Outputs"]["Fn::ForEach::LabOutputs"][:2] == [identifier, collection]
 
 
@@ -174,7 +179,7 @@ def test_each_learner_gets_the_command_that_opens_their_lab_in_either_shell(temp
     assert '" && aws ssm start-session' in shell and powershell.startswith("Write-Host ")
     assert powershell.endswith('--parameters "portNumber=8888,localPortNumber=8888"')
     assert '"; aws ssm start-session' in powershell and "\'" not in powershell
-    assert set(outputs) == {"Lab${Seat}Instance", "Learner${Seat}Role", "Lab${Seat}Open",
+    assert set(outputs) == {"Lab${Seat}Instance", "Learner${Seat}Role", "Lab${Seat}Status", "Lab${Seat}Open",
                             "Lab${Seat}OpenPowerShell"}
 
 

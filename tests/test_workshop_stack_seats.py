@@ -27,7 +27,7 @@ def seat_text(stack, seat: str) -> str:
                 interface.pop(key)
         resources[logical] = resource
     outputs = {k: v for k, v in stack.outputs.items() if re.search(rf"(Lab|Learner){seat}[A-Z]", k)}
-    assert len(outputs) == 4, outputs
+    assert len(outputs) == 5, outputs
     return json.dumps({"resources": resources, "outputs": outputs}, sort_keys=True)
 
 

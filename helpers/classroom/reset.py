@@ -80,4 +80,8 @@ def reset(repo: Path = REPO_ROOT, *, yes: bool = False, ask: Callable[[str], str
         out(f"make reset: {err}")
         return 2
     out("Reset done.")
+    if any(p.name == "checkpoints" for p in outputs):
+        # Notebook 04 on reads the results_<stage>.json the notebooks before it wrote there.
+        out("checkpoints/ held each stage's results_<stage>.json, which notebook 04 and later read: "
+            "run the notebooks again in order from 01.")
     return 0
