@@ -101,8 +101,11 @@ def test_make_notebooks_runs_the_notebooks_then_the_solutions_and_records_their_
             "notebooks/01_cpu_training.ipynb") in plan
     assert "--solutions notebooks/solutions/01_cpu_training.py" in plan
     assert "-m tests.browser.trace_viewer_png" in plan, "06's Trace Viewer picture is refreshed"
-    part = make_plan("notebooks", "NOTEBOOKS=notebooks/00_setup.ipynb", "SOLUTIONS=")
-    assert part.rstrip().endswith("notebooks --notebooks notebooks/00_setup.ipynb --solutions")
+    assert plan.rstrip().splitlines()[-1].startswith(".venv/bin/python -m helpers.classroom.time_budget --counts"), (
+        "the clock's figures are restated last, from the outputs just written")
+    part = make_plan("notebooks", "NOTEBOOKS=notebooks/00_setup.ipynb", "SOLUTIONS=").rstrip().splitlines()
+    assert part[-2].rstrip().endswith("notebooks --notebooks notebooks/00_setup.ipynb --solutions"), part
+    assert "trace_viewer_png" not in "\n".join(part), "06's picture only when 06 runs"
 
 
 def test_notebook_06_shows_a_committed_picture_of_the_real_trace_viewer():
