@@ -16,6 +16,7 @@ import pytest
 
 from tests.iam_policy import Request
 from tests.test_workshop_access import (
+    BUNDLE,
     CACHE,
     agent_schedule,
     allowed,
@@ -123,3 +124,20 @@ def test_with_a_way_out_and_the_cache_in_the_region_the_lab_goes_on(tmp_path):
     (signal,), log = run_user_data(tmp_path, stack, "02", curl_exit=0, bucket_region="us-east-1")
     assert signal["Status"] == "FAILURE" and "failed at cloning" in signal["Reason"], signal
     assert "no way out" not in log and "not in the stack's Region" not in log
+
+
+def test_a_lab_booting_from_the_class_bundle_needs_no_way_out(tmp_path):
+    """No route out (curl times out): the lab probes none and goes on to fetch the bundle
+    through the S3 gateway endpoint (the aws stand-in fetches nothing here); a bundle in another
+    Region fails it at once, as the cache does."""
+    stack = expand(3, BundleUrl=BUNDLE, RepositoryUrl="")
+    seat = seats(stack)[-1]
+    (signal,), log = run_user_data(tmp_path, stack, seat, curl_exit=28, bucket_region="us-east-1")
+    assert signal["Status"] == "FAILURE", signal
+    assert signal["Reason"].startswith(f"Lab{seat} failed at fetching the class bundle {BUNDLE}"), signal
+    assert "no way out" not in log and "checking the way out" not in log
+    assert "https://s3.us-east-1.amazonaws.com/class-bucket" in (tmp_path / "requests").read_text()
+    (tmp_path / "elsewhere").mkdir()
+    (signal,), _ = run_user_data(tmp_path / "elsewhere", stack, seat, curl_exit=28, bucket_region="eu-west-1")
+    assert "class bundle's bucket class-bucket is in eu-west-1" in signal["Reason"] + signal["Data"]
+    assert "give that as BundleUrl" in signal["Reason"] + signal["Data"]
