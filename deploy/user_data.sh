@@ -190,5 +190,6 @@ fi
 stage="installing the AWS CLI"
 install_tool aws "$AWSCLI_REQUIREMENT" || exit 1
 
+[ -n "$LAB_BUNDLE" ] || LAB_BUNDLE_DIR=""  # bootstrap reads an empty one as: no bundle
 stage="running deploy/bootstrap.sh"
 bash "$LAB_REPO_DIR/deploy/bootstrap.sh"
