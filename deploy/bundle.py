@@ -5,16 +5,10 @@
     python -m deploy.bundle unpack BUNDLE DIR --commit SHA      (what a lab's first boot runs)
 
 A tar.gz whose first member, class-bundle-manifest.json, names every other member with its size
-and sha256: the tested commit as a git bundle (repository.bundle), MNIST's four IDX files
-(mnist/), the wheels the DLAMI venv lacks for the DLAMI's Python (wheels/: the notebook packages,
-setuptools for `pip install -e .`, the AWS CLI the boot installs where the image has none) and,
-when given, the classroom cache archive (classroom-cache.tar.gz). A lab boots from it with no
-route out: git, pip and MNIST read only the unpacked files.
-
-Unpacking is refused before anything lands in DIR: unsafe members (helpers/cache/safe_tar.py,
-as for the cache's import), a member missing from the manifest or the manifest's member missing,
-a size or sha256 that differs, another commit, wheels of another Python. Standard library only:
-a lab runs it with the DLAMI venv's python, before the workbook's venv exists.
+and sha256: the commit as a git bundle, MNIST, the wheels the DLAMI venv lacks, and the classroom
+cache archive when given. Unpacking checks it whole before anything lands in DIR. Unpacking needs
+the standard library only: a lab runs it with the DLAMI venv's python, before the workbook's venv
+exists.
 """
 from __future__ import annotations
 
@@ -116,7 +110,6 @@ def git_bundle(repo: Path, commit: str, dest: Path) -> str:
         if done.returncode:
             raise BundleError(f"git {' '.join(args)} failed in {cwd}: {done.stderr.strip()}")
         return done.stdout.strip()
-
     full = git("rev-parse", "--verify", f"{commit}^{{commit}}")
     with tempfile.TemporaryDirectory() as scratch:  # a ref of its own, outside the user's repository
         git("init", "-q", "--bare", scratch, cwd=None)
@@ -142,19 +135,15 @@ def make_bundle(archive, *, repo=REPO_ROOT, commit="HEAD", data_dir=None, wheels
     from mnist_mlp.common.mnist_files import resolve_data_dir
 
     archive = Path(archive).absolute()
-    wheel_files = sorted(Path(wheels).glob("*.whl"))
-    if not wheel_files:
+    if not (wheel_files := sorted(Path(wheels).glob("*.whl"))):
         raise BundleError(f"no wheels in {wheels}: a lab with no way out could not install its packages")
     if cache is not None and not Path(cache).is_file():
         raise BundleError(f"no classroom cache archive at {cache}: `make classroom-cache` writes one")
     with tempfile.TemporaryDirectory() as scratch:
         repository = Path(scratch) / REPOSITORY
         full = git_bundle(Path(repo), commit, repository)
-        members = [(repository, REPOSITORY)]
-        members += [(f, f"{MNIST}/{f.name}") for f in mnist_files(resolve_data_dir(data_dir))]
-        members += [(f, f"{WHEELS}/{f.name}") for f in wheel_files]
-        if cache is not None:
-            members.append((Path(cache), CACHE))
+        members = [(repository, REPOSITORY), *[(f, f"{MNIST}/{f.name}") for f in mnist_files(resolve_data_dir(data_dir))],
+                   *[(f, f"{WHEELS}/{f.name}") for f in wheel_files], *([(Path(cache), CACHE)] if cache else [])]
         manifest = bundle_manifest(full, python_version, members)
         write_bundle(archive, manifest, members)
     return manifest
