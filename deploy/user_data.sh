@@ -121,8 +121,9 @@ check_bucket_region() {  # check_bucket_region s3://BUCKET/KEY WHAT PARAMETER
 if [[ $LAB_CACHE_ARCHIVE == s3://* ]]; then check_bucket_region "$LAB_CACHE_ARCHIVE" "the classroom cache" ClassroomCacheUrl; fi
 if [[ $LAB_BUNDLE == s3://* ]]; then check_bucket_region "$LAB_BUNDLE" "the class bundle" BundleUrl; fi
 
-# An S3 object with the lab role's credentials and curl alone (SigV4, curl 7.75 or later), for an
-# image without the AWS CLI: the bundle brings the CLI, so it cannot fetch itself with it.
+# An S3 object with the lab role's credentials and curl alone (its SigV4 signing: Ubuntu 24.04's
+# curl 8.5 signs the token and payload headers), for an image without the AWS CLI: the bundle
+# brings the CLI, so it cannot fetch itself with it. S3 wants the payload's sha256 (an empty GET's).
 s3_get() {  # s3_get s3://BUCKET/KEY FILE
     local imds=http://169.254.169.254/latest imds_token role credentials bucket=${1#s3://}
     if command -v aws >/dev/null; then
@@ -136,6 +137,7 @@ s3_get() {  # s3_get s3://BUCKET/KEY FILE
     field() { printf '%s' "$credentials" | sed -n "s/.*\"$1\" *: *\"\([^\"]*\)\".*/\1/p"; }
     curl -fsS --retry 3 -o "$2" --aws-sigv4 "aws:amz:$LAB_REGION:s3" \
         --user "$(field AccessKeyId):$(field SecretAccessKey)" -H "x-amz-security-token: $(field Token)" \
+        -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
         "https://s3.$LAB_REGION.amazonaws.com/${bucket%%/*}/${bucket#*/}"
 }
 
