@@ -5,7 +5,7 @@ package index, MNIST and the classroom cache from the bundle), up to a real Jupy
 lab's venv answering on 127.0.0.1 with the token it published, the idle-stop unit's own command
 run against that JupyterLab, and SUCCESS signalled to the wait condition. A failure at
 each boot step (installing the AWS CLI, the clone, the DLAMI and its pins, the cache import)
-signals FAILURE at once, with its reason, to the same URL.
+signals FAILURE at once, with its reason, to the same URL. No boot here reaches a package index.
 
 What stands in for AWS and systemd: `aws` and `systemctl` on PATH, and for the wait condition
 handle's presigned URL an HTTP server on 127.0.0.1 (tests/workshop_machine.py). The user data's
@@ -259,7 +259,8 @@ def test_a_failure_at_each_boot_step_signals_failure_at_once_with_its_reason(
     with SignalServer() as signals:
         result, lab = boot(tmp_path, mnist_root, signals, dlami=dlami, archive=archive,
                            commit="f" * 40 if case.startswith("a commit") else None,
-                           without_aws=case == "no AWS CLI", timeout=600)
+                           without_aws=case == "no AWS CLI", timeout=600,
+                           bundled=case == "a broken cache archive")  # inside a class bundle: no index
     log = result.stdout + result.stderr
     assert result.returncode == status, log[-3000:]
     assert "workshop lab: FAILED" in log and lab["log"].stat().st_size > 0
