@@ -23,6 +23,8 @@
 #   make classroom-import ARCHIVE=<file>  load that archive into this machine's compile cache
 #   make class-cost SEATS=20 HOURS=3      a class on the workshop stack priced over docs/instructor.md's
 #                                         run-sheet (optionally SPARES=N ZONES=K IDLE=M: spares, zones, IdleMinutes)
+#   make class-bundle [COMMIT=<rev>]      one file for labs with no way out: the commit, MNIST, the
+#                                         wheels, the classroom cache (docs/workshop-stack.md)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -49,12 +51,16 @@ LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # (browser run, then output comparison) on one, everything else on the other.
 PYTEST_ARGS ?=
 CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
+# make class-bundle: the tested commit (default HEAD), the DLAMI venv's Python for the wheels.
+CLASS_BUNDLE ?= build/class-bundle.tar.gz
+COMMIT ?= HEAD
+PYTHON_VERSION ?= 3.12
 # checkov's own venv (requirements-scanner.txt says why not .venv); tests find it there.
 SCANNER_VENV ?= build/scanner-venv
 # The site builder's own venv (make book; requirements-book.txt); tests/browser/test_book.py finds it there.
 BOOK_VENV ?= build/book-venv
 
-.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser scanner slurm reset classroom-cache classroom-check classroom-import class-cost book book-venv
+.PHONY: lab test test-quick lint bench mutants data notebooks venv clean-venv browser scanner slurm reset classroom-cache classroom-check classroom-import class-cost class-bundle book book-venv
 
 venv: $(STAMP)
 
@@ -194,6 +200,12 @@ ZONES ?= 2
 class-cost:
 	$(PY) -m deploy.class_cost --seats $(SEATS) --hours $(HOURS) --spares $(SPARES) --zones $(ZONES) \
 	    $(if $(IDLE),--idle-minutes $(IDLE))
+# The class bundle (deploy/bundle.py): COMMIT as a git bundle, MNIST, the wheels a lab's pip needs
+# beyond the DLAMI venv (pip download for Python PYTHON_VERSION on x86-64 Linux: needs PyPI here,
+# once), and CLASSROOM_ARCHIVE when it exists; every member's sha256 in its manifest.
+class-bundle: data
+	$(PY) -m deploy.bundle make $(CLASS_BUNDLE) --commit $(COMMIT) --python-version $(PYTHON_VERSION) \
+	    $(if $(wildcard $(CLASSROOM_ARCHIVE)),--cache $(CLASSROOM_ARCHIVE))
 
 clean-venv:
 	rm -rf $(VENV)

@@ -4,7 +4,8 @@
 #   1. the Neuron 2.31 PyTorch 2.9 DLAMI venv is there (no other torch is ever downloaded here);
 #   2. `make venv data` as the lab user: .venv layered on the DLAMI venv, refused when the DLAMI
 #      venv's torch, torch-xla, torchvision, torch-neuronx or neuronx-cc are not the pinned ones
-#      (helpers/setup/venv_plan.py), then MNIST;
+#      (helpers/setup/venv_plan.py), then MNIST; from a class bundle (LAB_BUNDLE_DIR), pip reads
+#      only its wheels and MNIST is its files;
 #   3. the classroom compile cache imported, when an archive is given (s3:// or a local file);
 #   4. JupyterLab as the systemd service workshop-lab (`make lab` on 127.0.0.1 with a token of
 #      its own, as the lab user), and the idle-stop timer workshop-idle (python -m
@@ -14,7 +15,8 @@
 #      (deploy/publish_token.sh), and again by the timer workshop-token whenever the parameter
 #      holds anything else (a stack update writes its placeholder back).
 # Environment (user_data.sh sets these): LAB_USER, LAB_DLAMI_VENV, LAB_IDLE_MINUTES,
-# LAB_CACHE_ARCHIVE (may be empty), LAB_TOKEN_PARAMETER (empty: not published), LAB_REGION.
+# LAB_CACHE_ARCHIVE (may be empty), LAB_TOKEN_PARAMETER (empty: not published), LAB_REGION,
+# LAB_BUNDLE_DIR (the unpacked class bundle; empty: pip and MNIST from the internet).
 # Seams for tests: LAB_PORT, LAB_CONFIG_DIR, LAB_SYSTEMD_DIR, LAB_IDLE_DIR, LAB_READY_SECONDS; `systemctl`,
 # `aws` and `curl` are found on PATH.
 set -euo pipefail
@@ -29,6 +31,7 @@ LAB_READY_SECONDS=${LAB_READY_SECONDS:-180}
 LAB_CACHE_ARCHIVE=${LAB_CACHE_ARCHIVE:-}
 LAB_TOKEN_PARAMETER=${LAB_TOKEN_PARAMETER:-}
 LAB_REGION=${LAB_REGION:-}
+LAB_BUNDLE_DIR=${LAB_BUNDLE_DIR:-}
 : "${LAB_IDLE_MINUTES:?}"
 
 step() { echo "workshop lab: $*"; }
@@ -42,7 +45,15 @@ step "1/5 the DLAMI venv $LAB_DLAMI_VENV"
 'Deep Learning AMI Neuron PyTorch 2.9 (Ubuntu 24.04)'. Launch the stack with that AMI."
 
 step "2/5 make venv data (pins checked against the DLAMI venv)"
-as_lab_user make --no-print-directory -C "$repo" venv data DLAMI_VENV="$LAB_DLAMI_VENV"
+offline=()
+if [ -n "$LAB_BUNDLE_DIR" ]; then
+    # sudo passes no PIP_* variable on: env does. MNIST's files, checked at unpack, where make data
+    # looks first (it checks their md5 and downloads nothing).
+    offline=(env PIP_NO_INDEX=1 "PIP_FIND_LINKS=$LAB_BUNDLE_DIR/wheels")
+    as_lab_user install -d "$repo/data/MNIST/raw"
+    as_lab_user install -m 644 -t "$repo/data/MNIST/raw" "$LAB_BUNDLE_DIR"/mnist/*
+fi
+as_lab_user "${offline[@]}" make --no-print-directory -C "$repo" venv data DLAMI_VENV="$LAB_DLAMI_VENV"
 python=$repo/.venv/bin/python
 
 if [ -n "$LAB_CACHE_ARCHIVE" ]; then

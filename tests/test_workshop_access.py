@@ -30,6 +30,7 @@ from tests.iam_policy import Request, actions_granted, allows, decide
 INSTRUCTOR = f"arn:aws:iam::{ACCOUNT}:user/instructor"
 VPC, SUBNETS, ROUTE_TABLES = "vpc-0a", ["subnet-0a", "subnet-0b", "subnet-0c"], ["rtb-0a1b2c3d"]
 CACHE = "s3://class-bucket/classroom-cache.tar.gz"
+BUNDLE = "s3://class-bucket/class-bundle.tar.gz"
 AGENT_ACTIONS = {
     "ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
     "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
@@ -423,6 +424,19 @@ def test_lab_n_reads_and_writes_only_its_own_token_and_only_from_the_lab(stack):
         assert profile == [stack.ref(f"Lab{seat}Role")]
         instance = stack.resources[f"Lab{seat}"]["Properties"]
         assert instance["IamInstanceProfile"] == stack.ref(f"Lab{seat}Profile")
+
+
+def test_with_a_class_bundle_lab_n_reads_that_object_and_no_other_and_needs_no_repository():
+    stack = expand(2, BundleUrl=BUNDLE, RepositoryUrl="")
+    for seat in seats(stack):
+        lab = policies(stack, f"Lab{seat}Role")
+        assert actions_granted(lab) == LAB_ACTIONS | {"s3:GetObject"}
+        for key, readable in (("class-bundle.tar.gz", True), ("classroom-cache.tar.gz", False),
+                              ("class-bundle.tar.gz.old", False), ("other", False)):
+            request = Request("s3:GetObject", f"arn:aws:s3:::class-bucket/{key}", lab_caller(stack, seat))
+            assert allowed(stack, lab, request) == readable, (seat, key)
+        header = stack.resources[f"Lab{seat}"]["Properties"]["UserData"]
+        assert f"LAB_BUNDLE='{BUNDLE}'" in header and "LAB_REPOSITORY_URL=''" in header
 
 
 def test_without_an_archive_a_lab_reads_nothing_in_s3():

@@ -1,10 +1,12 @@
 """A workshop lab boots as its user data says (deploy/user_data.sh run with the header the
-template gives it): on a simulated Neuron DLAMI (tests/workshop_machine.py), from a clone of this
-checkout, up to a real JupyterLab from the lab's venv answering on 127.0.0.1 with the token it
-published, the classroom cache (made by this workbook's own export) imported, the idle-stop unit's
-own command run against that JupyterLab, and "ready" signalled to the wait condition. A failure at
+template gives it): on a simulated Neuron DLAMI (tests/workshop_machine.py), from a class bundle
+(deploy/bundle.py) of this checkout with no network beyond the bundle's file (no git remote, no
+package index, MNIST and the classroom cache from the bundle), up to a real JupyterLab from the
+lab's venv answering on 127.0.0.1 with the token it published, the idle-stop unit's own command
+run against that JupyterLab, and "ready" signalled to the wait condition. A failure at
 each boot step (installing the AWS CLI, the clone, the DLAMI and its pins, the cache import)
 signals "FAILED: <reason>" at once to the same URL, as a SUCCESS: the seat fails, not the stack.
+No boot here reaches a package index.
 
 What stands in for AWS and systemd: `aws` and `systemctl` on PATH, and for the wait condition
 handle's presigned URL an HTTP server on 127.0.0.1 (tests/workshop_machine.py). The user data's
@@ -17,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,6 +31,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from deploy.bundle import build_requirements, download_command, make_bundle
 from deploy.template import embedded_user_data, load
 from helpers.cache.archive import export_cache
 from helpers.cache.demo import build_demo_cache
@@ -63,23 +67,41 @@ def user_data(values: dict[str, str]) -> str:
 
 def boot(tmp_path: Path, mnist_root, signals: SignalServer, *, dlami: Path | None,
          archive: Path | None = None, commit: str | None = None, without_aws: bool = False,
-         timeout: float = 900) -> tuple[subprocess.CompletedProcess, dict]:
+         bundled: bool = False, timeout: float = 900) -> tuple[subprocess.CompletedProcess, dict]:
+    """bundled: the lab boots from a class bundle of the repository (with `archive` as its
+    classroom cache), and the repository is gone before it boots."""
     machine = {
         "repo": tmp_path / "home" / "workbook", "systemd": tmp_path / "systemd",
         "config": tmp_path / "etc", "log": tmp_path / "workshop-lab.log",
         "cache": tmp_path / "neuron-compile-cache", "port": free_port(),
         "idle": tmp_path / "opt-workshop-lab" / "idle-stop",
+        "bundle": tmp_path / "opt-workshop-lab" / "bundle",
     }
     machine["systemd"].mkdir()
     machine["calls"] = write_commands(tmp_path / "bin")
     origin = tmp_path / "origin"
     origin.mkdir()
     url, head = write_repository(origin, BRANCH)
+    bundle = ""
+    this_python = "{}.{}".format(*sys.version_info[:2])
+    if bundled:
+        # The wheels the lab's pip needs: here only what `pip install -e .` builds with (the
+        # simulated DLAMI lends the rest), downloaded as `make class-bundle` does, for this Python.
+        wheels = tmp_path / "wheels"
+        downloaded = subprocess.run(download_command(wheels, this_python, build_requirements()),
+                                    capture_output=True, text=True, timeout=300)
+        assert downloaded.returncode == 0, downloaded.stderr[-2000:]
+        machine["class-bundle"] = tmp_path / "class-bundle.tar.gz"
+        machine["manifest"] = make_bundle(machine["class-bundle"], repo=origin, commit=head,
+                                          data_dir=mnist_root, wheels=wheels, cache=archive,
+                                          python_version=this_python)
+        shutil.rmtree(origin)  # no git remote to reach
+        bundle, url, archive = str(machine["class-bundle"]), "", None
     script = tmp_path / "user-data"
     script.write_text(user_data({
         "AWS::StackName": STACK, "AWS::Region": REGION, "Seat": SEAT,
         f"Lab{SEAT}Signal": signals.url, f"Lab{SEAT}Token": TOKEN_PARAMETER,
-        "RepositoryUrl": url, "RepositoryCommit": commit or head,
+        "RepositoryUrl": url, "RepositoryCommit": commit or head, "BundleUrl": bundle,
         "ClassroomCacheUrl": str(archive or ""), "IdleMinutes": "60"}))
     path = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
     if without_aws:  # no AWS CLI anywhere, and pip finds none to install
@@ -94,15 +116,17 @@ def boot(tmp_path: Path, mnist_root, signals: SignalServer, *, dlami: Path | Non
            "LAB_TOOLS": str(tmp_path / "tools"),
            # a guard only: the boot ends when JupyterLab answers, however loaded the machine
            "LAB_READY_SECONDS": "600",
-           "LAB_IDLE_DIR": str(machine["idle"]),
+           "LAB_IDLE_DIR": str(machine["idle"]), "LAB_BUNDLE_DIR": str(machine["bundle"]),
            "MNIST_DATA_DIR": str(mnist_root), "NEURON_COMPILE_CACHE_URL": str(machine["cache"]),
            # The simulated DLAMI lends the notebook packages too, so pip installs none of them
            # into .venv; their Jupyter configuration and JupyterLab's assets, which an install
            # there would bring, are found where this venv has them.
            "JUPYTER_CONFIG_PATH": str(VENV_PREFIX / "etc" / "jupyter"),
            "JUPYTER_PATH": str(VENV_PREFIX / "share" / "jupyter")}
-    if without_aws:
-        env["PIP_NO_INDEX"] = "1"
+    if without_aws or bundled:
+        env["PIP_NO_INDEX"] = "1"  # no package index
+    if bundled:
+        del env["MNIST_DATA_DIR"]  # the lab's own data/, filled from the bundle
     env.pop("PYTHONPATH", None)  # the lab runs the clone, not this checkout
     env.pop("VIRTUAL_ENV", None)
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
@@ -118,7 +142,7 @@ def get(port: int, path: str, token: str | None):
 
 
 @pytest.mark.e2e
-def test_a_lab_boots_to_jupyterlab_on_loopback_with_the_classroom_cache(tmp_path, mnist_root):
+def test_a_lab_boots_from_the_class_bundle_to_jupyterlab_on_loopback_with_no_way_out(tmp_path, mnist_root):
     source = tmp_path / "classroom"
     build_demo_cache(source / "cache", ["done_hex", "failed"])
     archive = tmp_path / "classroom-cache.tar.gz"
@@ -127,22 +151,39 @@ def test_a_lab_boots_to_jupyterlab_on_loopback_with_the_classroom_cache(tmp_path
     started = time.monotonic()
     try:
         with SignalServer() as signals:
-            result, lab = boot(tmp_path, mnist_root, signals, dlami=dlami, archive=archive)
+            result, lab = boot(tmp_path, mnist_root, signals, dlami=dlami, archive=archive, bundled=True)
         took = time.monotonic() - started
         log = result.stdout + result.stderr  # what the lab's log file and console get
         assert result.returncode == 0, log[-3000:]
         assert "workshop lab: ready" in lab["log"].read_text()
-        print(f"user data to a ready lab: {took:.1f} s")
+        print(f"class bundle {lab['class-bundle'].stat().st_size / 1e6:.1f} MB "
+              f"({lab['manifest']['total_bytes'] / 1e6:.1f} MB unpacked); user data to a ready lab: {took:.1f} s")
+
+        # From the bundle, with no way out: no probe of one, the clone from the bundle's commit,
+        # every member checked against the manifest, MNIST the bundle's files (make data fetched
+        # nothing: they were right), pip's index off (setuptools came from the bundle's wheels).
+        assert "checking the way out" not in log and "no way out" not in log
+        unpacked = re.search(r"^class bundle: (\d+) members checked \(sha256\) and unpacked into (.+)$", log, re.M)
+        assert unpacked and int(unpacked[1]) == len(lab["manifest"]["members"])
+        assert {"repository.bundle", "classroom-cache.tar.gz", "mnist/train-images-idx3-ubyte"} \
+            <= set(lab["manifest"]["members"])
+        assert Path(unpacked[2]) == lab["bundle"]
+        head = subprocess.run(["git", "-C", str(lab["repo"]), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        assert head == lab["manifest"]["commit"]
+        for name in ("train-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+            copied = lab["repo"] / "data" / "MNIST" / "raw" / name
+            assert copied.read_bytes() == (mnist_root / "MNIST" / "raw" / name).read_bytes(), name
 
         # The venv was layered on the DLAMI venv (make venv's dlami path), not downloaded.
         assert f"Using the Neuron DLAMI venv {dlami}" in log
         assert (next((lab["repo"] / ".venv").glob("lib/python3*/site-packages"))
                 / "_neuron_dlami_base.pth").is_file()
 
-        # The classroom cache: the done entry imported, the failed one not.
+        # The classroom cache, from the bundle: the done entry imported, the failed one not.
         entries = {e.key: e.state for e in scan_cache(lab["cache"]).entries}
         assert exported.entries == 1 and list(entries.values()) == ["done"]
-        assert "3/5 the classroom compile cache" in log
+        assert f"3/5 the classroom compile cache from {lab['bundle'] / 'classroom-cache.tar.gz'}" in log
 
         # JupyterLab answers on 127.0.0.1 with the lab's token, only with it, from the clone.
         token = (lab["config"] / "lab.env").read_text().strip().removeprefix("JUPYTER_TOKEN=")
@@ -219,7 +260,8 @@ def test_a_failure_at_each_boot_step_signals_failure_at_once_with_its_reason(
     with SignalServer() as signals:
         result, lab = boot(tmp_path, mnist_root, signals, dlami=dlami, archive=archive,
                            commit="f" * 40 if case.startswith("a commit") else None,
-                           without_aws=case == "no AWS CLI", timeout=600)
+                           without_aws=case == "no AWS CLI", timeout=600,
+                           bundled=case == "a broken cache archive")  # inside a class bundle: no index
     log = result.stdout + result.stderr
     assert result.returncode == status, log[-3000:]
     assert "workshop lab: FAILED" in log and lab["log"].stat().st_size > 0

@@ -112,6 +112,14 @@ def test_the_repository_is_a_commit_every_lab_checks_out(template):
                         "https://github.com/you/workbook.git")
     assert not re.fullmatch(template["Parameters"]["RepositoryUrl"]["AllowedPattern"],
                             "git@github.com:you/workbook.git")
+    # Or none, with a class bundle (docs/workshop-stack.md, "The class bundle"): the rule wants one.
+    bundle = re.compile(template["Parameters"]["BundleUrl"]["AllowedPattern"])
+    assert bundle.fullmatch("s3://class-bucket/class-bundle.tar.gz") and bundle.fullmatch("")
+    assert not bundle.fullmatch("https://class-bucket.s3.amazonaws.com/class-bundle.tar.gz")
+    assert template["Parameters"]["RepositoryUrl"]["Default"] == template["Parameters"]["BundleUrl"]["Default"] == ""
+    (assertion,) = template["Rules"]["RepositoryOrBundle"]["Assertions"]
+    assert assertion["Assert"] == {"Fn::Or": [{"Fn::Not": [{"Fn::Equals": [{"Ref": name}, ""]}]}
+                                              for name in ("RepositoryUrl", "BundleUrl")]}
 
 
 def test_each_lab_stops_on_shutdown_and_has_no_inbound_path(template):
@@ -133,7 +141,9 @@ def test_the_user_data_is_deploy_user_data_sh_after_a_header_of_its_values(templ
     required = set(re.findall(r'"\$\{(LAB_[A-Z_]+)\??:?\?\}"', body))
     assert exported == required == {
         "LAB_STACK", "LAB_REGION", "LAB_RESOURCE", "LAB_SIGNAL_URL", "LAB_REPOSITORY_URL",
-        "LAB_REPOSITORY_COMMIT", "LAB_CACHE_ARCHIVE", "LAB_IDLE_MINUTES", "LAB_TOKEN_PARAMETER"}
+        "LAB_REPOSITORY_COMMIT", "LAB_CACHE_ARCHIVE", "LAB_IDLE_MINUTES", "LAB_TOKEN_PARAMETER",
+        "LAB_BUNDLE"}
+    assert "LAB_BUNDLE='${BundleUrl}'" in header
     # The signal goes to the lab's own handle, the token to the parameter its role may write.
     assert "LAB_SIGNAL_URL='${Lab${Seat}Signal}'" in header
     assert "LAB_REPOSITORY_COMMIT='${RepositoryCommit}'" in header

@@ -15,13 +15,13 @@ import sys
 import tarfile
 import tempfile
 import time
-import zlib
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from helpers.cache.location import CompileCacheError, local_path, open_root
 from helpers.cache.plans import check_inside, compiler_processes, lock_is_stale, remove_inside
 from helpers.cache.render import reason_dicts, report
+from helpers.cache.safe_tar import READ_ERRORS, check_archive
 from helpers.cache.scan import LOCK_STALE_AFTER_S, XLA_CACHE_FILE, Entry, NotRegularFile, scan_cache, scan_entry
 from helpers.cache.units import human_bytes, iso_time
 from mnist_mlp.common.atomic_files import UnwritableDirError, atomic_path
@@ -29,7 +29,6 @@ from mnist_mlp.common.atomic_files import UnwritableDirError, atomic_path
 MANIFEST_NAME = "compile-cache-manifest.json"
 MANIFEST_FORMAT = "trainium-workbook/compile-cache-export/2"
 FREE_SPACE_MARGIN = 64 * 1024**2  # left free after an import, for the compiles that follow
-READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError)
 
 
 class UnsafeArchiveError(CompileCacheError):
@@ -124,26 +123,6 @@ def _write_tar(path: Path, manifest: dict, members, progress: bool) -> None:
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
                 tar.addfile(info, CallbackIOWrapper(bar.update, f, "read"))
-
-
-def check_archive(tar: tarfile.TarFile) -> list[tuple[str, str]]:
-    """Members that must not be extracted, with why: absolute paths, '..', links, devices."""
-    bad = []
-    for m in tar.getmembers():
-        p = PurePosixPath(m.name)
-        if m.name.startswith("/") or p.is_absolute():
-            bad.append((m.name, "absolute path"))
-        elif ".." in p.parts:
-            bad.append((m.name, "'..' in the path"))
-        elif m.issym():
-            bad.append((m.name, f"symbolic link (to {m.linkname})"))
-        elif m.islnk():
-            bad.append((m.name, f"hard link (to {m.linkname})"))
-        elif m.ischr() or m.isblk() or m.isfifo() or m.isdev():
-            bad.append((m.name, "device or fifo"))
-        elif not (m.isreg() or m.isdir()):
-            bad.append((m.name, f"unsupported member type {m.type!r}"))
-    return bad
 
 
 @dataclass
