@@ -164,7 +164,7 @@ def pytest_runtest_logreport(report):
     for key, value in report.user_properties:
         if report.when == "call" and key in _notebook_outcomes:
             _notebook_outcomes[key].append(value)
-        if key == FAMILY_PROPERTY:
+        if key == FAMILY_PROPERTY and hasattr(report, "stop"):  # not a crashed worker's stand-in report
             times = _family_times.setdefault(value, {"intervals": [], "tests": 0})
             times["intervals"].append((report.start, report.stop))
             times["tests"] += report.when == "setup"
