@@ -75,7 +75,7 @@ RUNS: dict[str, Command] = {
                                                      "{dir}/tb")), debug=True),
     "torchrun x2 long": Command(tuple(torchrun_argv(2, *_steps(TORCHRUN_LONG_STEPS),
                                                     "--tensorboard", "{dir}/tb")), debug=True),
-    "torchrun x1": Command(tuple(torchrun_argv(1, *_steps(10)))),
+    # One torchrun worker: notebook 04 runs it (tests/browser/test_notebook_runs.py reads its run).
     # As many steps as "xla long": --precision fp32 must compute exactly what train.py does.
     # The other modes' logs are read from "figures avx2" (tests/test_bf16_script.py says why).
     "bf16 fp32": Command((*script_argv("train_bf16.py", "--precision", "fp32"), *_steps(LONG_STEPS))),
