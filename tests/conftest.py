@@ -87,7 +87,19 @@ def pytest_collection_modifyitems(config, items):
         if NOTEBOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(NOTEBOOK_GROUP))
             item.add_marker(pytest.mark.e2e)
+        item.user_properties.append((FAMILY_PROPERTY, item_family(item)))
     items[:] = sorted(items, key=session_order)  # stable: file order kept within each part
+
+
+FAMILY_PROPERTY = "time_family"  # each test's family (tests/time_units.py), carried by its reports
+
+
+def item_family(item) -> str:
+    from tests.time_units import family_of
+
+    groups = {str((m.args or [m.kwargs.get("name")])[0]) for m in item.iter_markers("xdist_group")}
+    return family_of(item.nodeid.split("::")[0], {m.name for m in item.iter_markers()}, groups,
+                     set(getattr(item, "fixturenames", ())))
 
 
 def session_order(item) -> tuple[int, int]:
@@ -144,13 +156,18 @@ def pytest_report_header(config):
 
 
 _notebook_outcomes: dict[str, list[str]] = {"notebook_output": [], "notebook_output_neuron": []}
+# family -> {"intervals": [(start, stop) of each set-up, call and tear-down], "tests": count}
+_family_times: dict[str, dict] = {}
 
 
 def pytest_runtest_logreport(report):
-    if report.when == "call":
-        for key, value in report.user_properties:
-            if key in _notebook_outcomes:
-                _notebook_outcomes[key].append(value)
+    for key, value in report.user_properties:
+        if report.when == "call" and key in _notebook_outcomes:
+            _notebook_outcomes[key].append(value)
+        if key == FAMILY_PROPERTY and hasattr(report, "stop"):  # not a crashed worker's stand-in report
+            times = _family_times.setdefault(value, {"intervals": [], "tests": 0})
+            times["intervals"].append((report.start, report.stop))
+            times["tests"] += report.when == "setup"
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -177,19 +194,25 @@ def pytest_terminal_summary(terminalreporter):
 
 def time_in_units(terminalreporter) -> None:
     """make test and make test-quick (--budget-units): the session's wall time, in minutes and in
-    units of one fresh torch_xla import measured now, beside the budget. In the controller only
-    (an xdist worker has workerinput); the wall time is read before the imports are timed."""
+    units of one fresh torch_xla import measured now, beside the budget; then each family's
+    time (tests/time_units.py's FAMILIES). In the controller only (an xdist worker has
+    workerinput); the wall time is read before the imports are timed."""
     import time
 
-    from tests.time_units import budget_line, import_seconds
+    from tests.time_units import budget_line, family_lines, import_seconds
 
     config = terminalreporter.config
     budget = config.getoption("--budget-units")
     if budget is None or hasattr(config, "workerinput"):
         return
     wall = time.monotonic() - config._workbook_started
+    unit_s = import_seconds()
     terminalreporter.write_sep("-", "time in units (tests/time_units.py)")
-    terminalreporter.write_line(budget_line(wall, import_seconds(), budget))
+    terminalreporter.write_line(budget_line(wall, unit_s, budget))
+    terminalreporter.write_sep("-", "time by family: wall (one of its tests running), "
+                                    "cumulative (its tests' durations summed)")
+    for line in family_lines(_family_times, unit_s):
+        terminalreporter.write_line(line)
 
 
 def slowest_notebook_cells(terminalreporter, count: int = 12) -> None:

@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 
 from mnist_mlp.common.paths import REPO_ROOT
-from mnist_mlp.common.precision import PRECISIONS
 from tests.built_once import built_once
 from tests.cpu_kinds import LOWERED_TO_AVX2
 
@@ -76,14 +75,13 @@ RUNS: dict[str, Command] = {
                                                      "{dir}/tb")), debug=True),
     "torchrun x2 long": Command(tuple(torchrun_argv(2, *_steps(TORCHRUN_LONG_STEPS),
                                                     "--tensorboard", "{dir}/tb")), debug=True),
-    "torchrun x1": Command(tuple(torchrun_argv(1, *_steps(10)))),
+    # One torchrun worker: notebook 04 runs it (tests/browser/test_notebook_runs.py reads its run).
     # As many steps as "xla long": --precision fp32 must compute exactly what train.py does.
-    **{f"bf16 {precision}": Command((*script_argv("train_bf16.py", "--precision", precision),
-                                     *_steps(LONG_STEPS)))
-       for precision in PRECISIONS},
+    # The other modes' logs are read from "figures avx2" (tests/test_bf16_script.py says why).
+    "bf16 fp32": Command((*script_argv("train_bf16.py", "--precision", "fp32"), *_steps(LONG_STEPS))),
     # The training whose figures the notebooks print, with their arguments, in one process
     # (tests/cpu_kinds.py), lowered to AVX2 (the highest level is the notebooks' own run). It
-    # also serves the full-length train_cpu.py test.
+    # also serves the full-length train_cpu.py test and each BF16 mode's log.
     "figures avx2": Command((sys.executable, "-m", "tests.cpu_kinds"),
                             env=tuple(LOWERED_TO_AVX2.items())),
 }

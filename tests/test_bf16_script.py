@@ -1,30 +1,78 @@
-"""End-to-end: mnist_mlp/train_bf16.py in each --precision mode, run as a user runs it on the
-CPU stand-in; and its diff against train.py, which is the lesson, kept to the BF16 changes."""
+"""End-to-end: mnist_mlp/train_bf16.py in each --precision mode on the CPU stand-in; and its diff
+against train.py, which is the lesson, kept to the BF16 changes.
+
+Each mode's run as a user starts it (`python mnist_mlp/train_bf16.py --precision <mode>`, one
+process each) is notebook 05's: the session's execution of 05 runs all five, 600 steps each,
+prints each run's backend line and summary and checks that each compiled the one graph the
+stand-in expects (helpers/checks/expected.py's bf16_graphs), and the output comparison holds it
+to the committed cell. So this file starts one process of its own, fp32 (train.py's equal, and
+one whole log); each mode's whole log, results and checkpoint are read from the figures' run
+(tests/cpu_kinds.py), which runs train_bf16.py's main() for the five modes as 05 does."""
+import re
+
 import pytest
 import torch
 
 from mnist_mlp.common.precision import PRECISIONS
+from tests.cpu_kinds import BF16_STEPS
 from tests.paths import REPO_ROOT
 from tests.script_runs import LONG_STEPS
 from tests.test_scripts import assert_no_deprecation_warning, assert_sample_lines_in_order, forbidden, stage_main
 
 BF16_WEIGHTS = {"fp32": False, "bf16": True, "bf16-sr": True, "bf16-master": True,
                 "autocast": False}
+PRECISION_LINE = re.compile(r"^Precision: (\S+) \|", re.M)
+
+
+def logs_by_precision(output: str) -> dict[str, str]:
+    """Each train_bf16.py run's log in one process's output, by the mode its "Precision:" line
+    names: from the backend line before it to the next backend line (another script's run)."""
+    logs = {}
+    for log in re.split(r"(?m)^(?=Backend: )", output):
+        if m := PRECISION_LINE.search(log):
+            assert m[1] not in logs, f"two runs of --precision {m[1]}"
+            logs[m[1]] = log
+    return logs
+
+
+def test_each_runs_log_is_found_by_its_precision_line():
+    output = ("Backend: XLA on CPU\nNew graphs before evaluation: 1\nBackend: XLA on CPU\nPrecision: fp32 | a\nstep 1\n"
+              "Backend: XLA on CPU\nPrecision: bf16-sr | b\nTest accuracy: 0.5\nBackend: plain PyTorch\n")
+    assert logs_by_precision(output) == {"fp32": "Backend: XLA on CPU\nPrecision: fp32 | a\nstep 1\n",
+                                         "bf16-sr": "Backend: XLA on CPU\nPrecision: bf16-sr | b\n"
+                                                    "Test accuracy: 0.5\n"}
+    with pytest.raises(AssertionError, match="two runs of --precision fp32"):
+        logs_by_precision(output + "Backend: X\nPrecision: fp32 | c\n")
+
+
+@pytest.mark.e2e
+def test_the_fp32_run_as_a_user_starts_it(script_runs):
+    run = script_runs["bf16 fp32"]
+    assert run.output.startswith("Backend: XLA on CPU")
+    assert "Precision: fp32 |" in run.output and "EMULATED" not in run.output
+    assert_sample_lines_in_order(run.output)
+    assert_no_deprecation_warning(run.output)
+    results = run.results("bf16_fp32")
+    assert results["precision"] == "fp32" and results["steps"] == LONG_STEPS
+    assert results["new_graphs"] == 1, "one training graph, the same every step"
+    assert results["final_loss"] < results["loss_history"][0][1]
+    assert {t.dtype for t in run.state_dict("bf16_fp32").values()} == {torch.float32}
 
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_each_precision_short_run(script_runs, precision):
-    run = script_runs[f"bf16 {precision}"]
-    out = run.output
+def test_each_precision_run(script_runs, precision):
+    """One mode's run in the figures' process (after train.py's, before train_cpu.py's): its
+    graph count there is the process's running total, so the one graph per mode is 05's check
+    (and the fp32 run's above)."""
+    run = script_runs["figures avx2"]
+    out = logs_by_precision(run.output)[precision]
     assert out.startswith("Backend: XLA on CPU")
-    assert f"Precision: {precision} |" in out
     assert ("EMULATED in software" in out) is (precision == "bf16-sr")  # said, and only there
     assert_sample_lines_in_order(out)
-    assert_no_deprecation_warning(out)
+    assert_no_deprecation_warning(run.output)  # stderr follows stdout in it: the whole process
     results = run.results(f"bf16_{precision}")
-    assert results["precision"] == precision and results["steps"] == LONG_STEPS
-    assert results["new_graphs"] == 1, "one training graph, the same every step"
+    assert results["precision"] == precision and results["steps"] == int(BF16_STEPS)
     assert results["final_loss"] < results["loss_history"][0][1]
     expected = torch.bfloat16 if BF16_WEIGHTS[precision] else torch.float32
     assert {t.dtype for t in run.state_dict(f"bf16_{precision}").values()} == {expected}

@@ -133,13 +133,6 @@ def test_torchrun_two_workers(script_runs):
     assert len(list((run.directory / "tb").glob("events.out.tfevents.*"))) == 1
 
 
-@pytest.mark.e2e
-def test_torchrun_one_worker_uses_xla_reduce(script_runs):
-    run = script_runs["torchrun x1"]
-    assert "Gradient all-reduce: xm.optimizer_step over 1 XLA worker(s)" in run.output
-    assert run.results("torchrun_w1")["gradient_reduce"] == "xla"
-
-
 def worker_pids(marker):
     """pid -> LOCAL_RANK of the processes whose environment carries `marker`."""
     found = {}
