@@ -144,6 +144,22 @@ def test_the_cache_the_environment_selects(rules, tmp_path):
     assert rules.VERSION_DIR.startswith("neuronxcc-2.26.6360.0+")  # the documented +<build>
 
 
+def test_the_wrapper_lines_clock_is_set_by_a_test_and_read_past(rules, monkeypatch):
+    """TRN1_DOUBLE_CLOCK fixes the time a wrapper line prints (its fields can then collide with
+    the numbers a test looks for); a test reads the line past its stamp and pid."""
+    line = rules.COMPILED_LINES[0]
+    monkeypatch.setenv("TRN1_DOUBLE_CLOCK", "2026-12-02 01:15:15.000015")
+    assert rules.stamped(f"INFO ||NEURON_CC_WRAPPER||: {line}", pid=15) == (
+        f"2026-12-02 01:15:15.000015:  15  INFO ||NEURON_CC_WRAPPER||: {line}")
+    assert messages(rules.stamped(f"INFO ||NEURON_CC_WRAPPER||: {line}", pid=15) + "\n15.0") == [line, "15.0"]
+    monkeypatch.setenv("TRN1_DOUBLE_CLOCK", "01:15:15")
+    with pytest.raises(RuntimeError, match="TRN1_DOUBLE_CLOCK='01:15:15'"):
+        rules.stamped(line)
+    monkeypatch.delenv("TRN1_DOUBLE_CLOCK")
+    stamp, pid, said = rules.stamped(line).split("  ", 2)
+    assert rules.CLOCK_FORM.fullmatch(stamp[:-1]) and pid == str(os.getpid()) and said == line
+
+
 COMPILE_ONE = ("from mnist_mlp.common.backend import select_backend\n"
                "d = select_backend().device\n"
                "import torch, torch_xla\n"
