@@ -343,7 +343,8 @@ def test_on_the_trn1_double_a_compile_is_said_while_it_runs_and_a_failure_named(
     # The cache tool lists the entry as failed.
     listed = subprocess.run([sys.executable, "-m", "helpers.cache", "ls", "--root", str(cache), "--state",
                              "failed"], env=env, cwd=REPO_ROOT, text=True, capture_output=True, timeout=120)
-    assert listed.returncode == 0 and "failed" in listed.stdout and key.split("/")[-1] in listed.stdout, listed
+    assert listed.returncode == 0 and [line.split()[0] for line in listed.stdout.splitlines()
+                                       if line.split()[-1:] == [key]] == ["failed"], listed  # its row
     # 2. The next run meets the failed entry: the wrapper skips it, the run stops, and says why.
     second = train_on_the_double(env, tmp_path)
     assert second.returncode != 0 and "Got a cached failed neff" in second.stderr

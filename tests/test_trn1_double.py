@@ -9,7 +9,7 @@ import pytest
 
 from helpers.launch.processes import SUMMARY_LINE
 from tests.paths import REPO_ROOT
-from tests.trn1_double import build_instance, instance_env, journal
+from tests.trn1_double import build_instance, instance_env, journal, messages, printed_numbers
 
 HOLD = ("from mnist_mlp.common.backend import select_backend\n"
         "b = select_backend(); d = b.device; import sys, time\n"
@@ -144,6 +144,22 @@ def test_the_cache_the_environment_selects(rules, tmp_path):
     assert rules.VERSION_DIR.startswith("neuronxcc-2.26.6360.0+")  # the documented +<build>
 
 
+def test_the_wrapper_lines_clock_is_set_by_a_test_and_read_past(rules, monkeypatch):
+    """TRN1_DOUBLE_CLOCK fixes the time a wrapper line prints (its fields can then collide with
+    the numbers a test looks for); a test reads the line past its stamp and pid."""
+    line = rules.COMPILED_LINES[0]
+    monkeypatch.setenv("TRN1_DOUBLE_CLOCK", "2026-12-02 01:15:15.000015")
+    assert rules.stamped(f"INFO ||NEURON_CC_WRAPPER||: {line}", pid=15) == (
+        f"2026-12-02 01:15:15.000015:  15  INFO ||NEURON_CC_WRAPPER||: {line}")
+    assert messages(rules.stamped(f"INFO ||NEURON_CC_WRAPPER||: {line}", pid=15) + "\n15.0") == [line, "15.0"]
+    monkeypatch.setenv("TRN1_DOUBLE_CLOCK", "01:15:15")
+    with pytest.raises(RuntimeError, match="TRN1_DOUBLE_CLOCK='01:15:15'"):
+        rules.stamped(line)
+    monkeypatch.delenv("TRN1_DOUBLE_CLOCK")
+    stamp, pid, said = rules.stamped(line).split("  ", 2)
+    assert rules.CLOCK_FORM.fullmatch(stamp[:-1]) and pid == str(os.getpid()) and said == line
+
+
 COMPILE_ONE = ("from mnist_mlp.common.backend import select_backend\n"
                "d = select_backend().device\n"
                "import torch, torch_xla\n"
@@ -205,9 +221,11 @@ def parallel_compile(code, env):
 def test_neuron_parallel_compile_compiles_the_graphs_its_trial_names_then_finds_none(instance, tmp_path):
     cold = parallel_compile(COMPILE_ONE, instance)
     assert cold.returncode == 0, cold.stdout[-2000:]
-    assert "Extracting graphs (" in cold.stdout and "Total graphs: 1" in cold.stdout
-    # "execute empty stubs with zero outputs" (NEURON_EXTRACT_GRAPHS_ONLY): the trial reads 0.0
-    assert "\n0.0\n" in cold.stdout and "15.0" not in cold.stdout
+    said = messages(cold.stdout)
+    assert any(line.startswith("Extracting graphs (") for line in said) and "Total graphs: 1" in said
+    # "execute empty stubs with zero outputs" (NEURON_EXTRACT_GRAPHS_ONLY): the trial's one
+    # printed value is 0.0, not the 15.0 it computes on a device
+    assert printed_numbers(cold.stdout) == [0.0], cold.stdout[-2000:]
     assert [e["event"] for e in journal(tmp_path) if e["event"] not in ("reserved", "compiling")] == [
         "extracted", "trial", "compiled"]
     seen = len(journal(tmp_path))
@@ -222,17 +240,19 @@ def test_neuron_parallel_compile_compiles_the_graphs_its_trial_names_then_finds_
 def test_neuron_parallel_compile_stops_on_a_failed_trial_and_exits_with_the_failed_count(instance, tmp_path):
     crash = "import sys; sys.exit(3)"
     stopped = parallel_compile(crash, instance)
-    assert stopped.returncode == 1 and "There was an error in the training script." in stopped.stdout
-    assert "Total graphs" not in stopped.stdout and "No todo" not in stopped.stdout
+    said = messages(stopped.stdout)
+    assert stopped.returncode == 1 and "There was an error in the training script." in said
+    assert not [line for line in said if line.startswith(("Total graphs", "No todo"))], said
     ignored = parallel_compile(crash, {**instance, "NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE": "1"})
-    assert ignored.returncode == 0 and "No todo hlos found" in ignored.stdout
+    assert ignored.returncode == 0 and any(line.startswith("No todo hlos found")
+                                           for line in messages(ignored.stdout)), ignored.stdout
     # NEURON_PARALLEL_COMPILE_MAX_RETRIES=1: "will try compilation 1 more time"; the cache named
     # by the last of two --cache_dir flags, in the second spelling
     failing = parallel_compile(COMPILE_ONE, {
         **instance, "TRN1_DOUBLE_FAIL_COMPILE": "*", "NEURON_PARALLEL_COMPILE_MAX_RETRIES": "1",
         "NEURON_CC_FLAGS": f"--cache_dir={tmp_path}/first --cache_dir {tmp_path}/second"})
-    assert failing.returncode == 1 and "Total failed compilations: 1" in failing.stdout
-    assert "after 1 retries" in failing.stdout
+    assert failing.returncode == 1 and "Total failed compilations: 1" in messages(failing.stdout)
+    assert any(line.endswith(" after 1 retries.") for line in messages(failing.stdout)), failing.stdout
     assert list((tmp_path / "second").glob("neuronxcc-*+*/MODULE_*/model.log"))
     assert not (tmp_path / "first").exists()
     assert [e["event"] for e in journal(tmp_path)].count("retry") == 1

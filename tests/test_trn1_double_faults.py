@@ -66,7 +66,8 @@ def test_a_killed_compile_leaves_a_lock_the_next_run_waits_on_and_names_until_th
         "compile_flags.json", "model.hlo_module.pb", "model.hlo_module.pb.lock"]
     key = f"{entry.parent.name}/{entry.name}"
     code, listing = cache_tool(env, "ls", "--root", str(cache), "--state", "locked")
-    assert code == 0 and "locked" in listing, listing
+    assert code == 0 and [line.split()[0] for line in listing.splitlines()
+                          if line.split()[-1:] == [key]] == ["locked"], listing  # its row, not the counts
     argv = [sys.executable, "mnist_mlp/train.py", "--epochs", "1", "--steps-this-run", "1",
             "--checkpoint-dir", str(tmp_path / "checkpoints")]
     waiting = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, text=True, stdout=subprocess.PIPE,

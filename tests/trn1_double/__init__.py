@@ -30,7 +30,8 @@ its row in docs/sources.md:
 
 Faults on demand, for tests (no source says which graphs of this MLP would fail or how long one
 takes): TRN1_DOUBLE_COMPILE_SECONDS, TRN1_DOUBLE_FAIL_COMPILE, TRN1_DOUBLE_KILL_COMPILE
-(`trn1_platform/compile_cache.py`). Where the sources are silent the double says so:
+(`trn1_platform/compile_cache.py`); and the clock the compiler wrapper's lines print,
+TRN1_DOUBLE_CLOCK (`trn1_platform/rules.py`). Where the sources are silent the double says so:
 neuron-monitor reports each holder's cores at 0 % utilization (no figure
 for this model is published); neuron-explorer prints no summary (its summary's shape is not
 documented at this release). The checks it cannot decide are in UNDECIDABLE_CHECKS. The tools a
@@ -107,10 +108,19 @@ def build_instance(root: Path) -> dict[str, str]:
             "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
 
 
+# The clock the wrapper's lines print in every test on the instance (TRN1_DOUBLE_CLOCK,
+# trn1_platform/rules.py): its fields hold the numbers tests look for in that output (15.0, 0.0,
+# 1, 2, 5), so an assertion that reads a whole log instead of its own lines fails on every run,
+# not only in the second whose seconds happen to match.
+COLLIDING_CLOCK = "2026-12-02 01:15:15.000015"
+
+
 def instance_env(root: Path, **extra: str) -> dict[str, str]:
     """This process's environment on the instance under `root` (laid out there): PJRT_DEVICE
-    dropped, as a trn1's shell has none, then `extra` (knobs such as TRN1_DOUBLE_COMPILE_SECONDS)."""
-    return {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}, **build_instance(root), **extra}
+    dropped, as a trn1's shell has none, the wrapper's clock fixed at COLLIDING_CLOCK, then `extra`
+    (knobs such as TRN1_DOUBLE_COMPILE_SECONDS)."""
+    return {**{k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}, **build_instance(root),
+            "TRN1_DOUBLE_CLOCK": COLLIDING_CLOCK, **extra}
 
 
 def journal(root: Path) -> list[dict]:
@@ -119,3 +129,25 @@ def journal(root: Path) -> list[dict]:
     reduced-outside-graph), in order."""
     log = Path(root) / "var/log/trn1-double.jsonl"
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+# "<date> <time>:  <pid>  " before a wrapper or neuron_parallel_compile line (rules.stamped), then
+# "<LEVEL> ||<TAG>||: "; a test reads what follows, never the clock's or the pid's digits.
+STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: +\d+ +")
+TAG = re.compile(r"^[A-Z]+ \|\|[A-Z_]+\|\|: ")
+
+
+def messages(output: str) -> list[str]:
+    """Each line of `output`, the stamp and the level-and-tag cut off where a line has them."""
+    return [TAG.sub("", STAMP.sub("", line)) for line in output.splitlines()]
+
+
+def printed_numbers(output: str) -> list[float]:
+    """The lines of `output` that are one number alone, as a script's print(x.item()) writes them."""
+    numbers = []
+    for line in output.splitlines():
+        try:
+            numbers.append(float(line))
+        except ValueError:
+            pass
+    return numbers

@@ -57,11 +57,27 @@ WAITING_LINE = ("[INFO]: Another process must be compiling {key}, been waiting "
                 "for: {minutes:.1f} minutes")
 
 
+# A test sets the clock the wrapper's lines print, e.g. "2026-12-02 01:15:15.000015", so that its
+# assertions meet a timestamp whose fields hold the numbers they look for.
+CLOCK_ENV = "TRN1_DOUBLE_CLOCK"
+CLOCK_FORM = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}")
+
+
+def clock() -> str:
+    """The time a wrapper line starts with: TRN1_DOUBLE_CLOCK as given, else now."""
+    fixed = os.environ.get(CLOCK_ENV)
+    if fixed is not None:
+        if not CLOCK_FORM.fullmatch(fixed):
+            raise RuntimeError(f"{CLOCK_ENV}={fixed!r}: give a time as the wrapper prints it, "
+                               "e.g. 2026-12-02 01:15:15.000015")
+        return fixed
+    now = datetime.datetime.now()
+    return f"{now:%Y-%m-%d %H:%M:%S}.{now.microsecond // 1000:06d}"
+
+
 def stamped(line: str, pid: int | None = None) -> str:
     """A wrapper line as it prints it: "2024-01-04 14:33:59.000492:  4197  INFO ||…||: …"."""
-    now = datetime.datetime.now()
-    return (f"{now:%Y-%m-%d %H:%M:%S}.{now.microsecond // 1000:06d}:  "
-            f"{os.getpid() if pid is None else pid}  {line}")
+    return f"{clock()}:  {os.getpid() if pid is None else pid}  {line}"
 
 
 # docs/sources.md, "neuron_parallel_compile as its source runs": the trial's line that names a
