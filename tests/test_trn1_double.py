@@ -152,6 +152,7 @@ def test_the_wrapper_lines_clock_is_set_by_a_test_and_read_past(rules, monkeypat
     assert rules.stamped(f"INFO ||NEURON_CC_WRAPPER||: {line}", pid=15) == (
         f"2026-12-02 01:15:15.000015:  15  INFO ||NEURON_CC_WRAPPER||: {line}")
     assert messages(rules.stamped(f"INFO ||NEURON_CC_WRAPPER||: {line}", pid=15) + "\n15.0") == [line, "15.0"]
+    assert messages(rules.stamped(f"[INFO]: {line}", pid=15)) == [line], "the newer form too"
     monkeypatch.setenv("TRN1_DOUBLE_CLOCK", "01:15:15")
     with pytest.raises(RuntimeError, match="TRN1_DOUBLE_CLOCK='01:15:15'"):
         rules.stamped(line)

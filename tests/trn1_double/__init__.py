@@ -134,7 +134,7 @@ def journal(root: Path) -> list[dict]:
 # "<date> <time>:  <pid>  " before a wrapper or neuron_parallel_compile line (rules.stamped), then
 # "<LEVEL> ||<TAG>||: "; a test reads what follows, never the clock's or the pid's digits.
 STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: +\d+ +")
-TAG = re.compile(r"^[A-Z]+ \|\|[A-Z_]+\|\|: ")
+TAG = re.compile(r"^(?:[A-Z]+ \|\|[A-Z_]+\|\|: |\[[A-Z]+\]: )")  # 2024's "INFO ||…||: ", 2026's "[INFO]: "
 
 
 def messages(output: str) -> list[str]:
