@@ -66,7 +66,8 @@ def _load():
     return read(data["excerpts"]), read(data["quoted"]), dict(data["absent"])
 
 
-# QUOTED: part of a line as a public source quotes it (a script's comment), not a whole line
+# QUOTED: part of a line as a public source quotes it (a script's comment), or as the stored copy
+# of a real log cuts it short; not a whole line
 EXCERPTS, QUOTED, ABSENT = _load()
 
 

@@ -50,9 +50,10 @@ COMPILE_FAILED_LINE = "ERROR ||NEURON_CC_WRAPPER||: {failure}"
 # that fails after its retries"); a 2024 log's line starts "ERROR ||NEURON_CC_WRAPPER||: Compilation
 # failed for /tmp/…" (optimum-neuron issue 698), its end not shown.
 RETRIES_SPENT_LINE = "ERROR ||NEURON_CC_WRAPPER||: Compilation failed for {path} after {retries} retries."
-# Not in the Neuron docs nor in a public log with a URL: learners' reports of a lock left by a
-# killed compile (docs/sources.md, "A lock left by a killed compile makes the next compile of that
-# graph wait"), the newest (2026-08) in the "[INFO]: " form.
+# Not in the Neuron docs: a 2024 trn1 log (aws-k8s-tester pull request 466) prints it as
+# "INFO ||NEURON_CC_WRAPPER||: Another process must be compiling <cache>/…/model.hlo_module.pb, been…";
+# learners' reports of a lock left by a killed compile (docs/sources.md, "A lock left by a killed
+# compile makes the next compile of that graph wait"), the newest (2026-08), in the "[INFO]: " form.
 WAITING_LINE = ("[INFO]: Another process must be compiling {key}, been waiting "
                 "for: {minutes:.1f} minutes")
 
