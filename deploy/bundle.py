@@ -40,11 +40,9 @@ BUNDLE_REF = "refs/heads/class"
 # The Neuron 2.31 PyTorch 2.9 DLAMI is Ubuntu 24.04, whose python3 is 3.12 (the DLAMI venv is made
 # from it); the boot checks the bundle's Python against the DLAMI venv's before using a wheel.
 DLAMI_PYTHON = "3.12"
-# pip download's platforms for an x86-64 trn1 with Ubuntu 24.04's glibc 2.39, newest first. pip
-# takes each --platform literally (no older glibc implied), so every manylinux_2_Y a wheel may
-# carry is named: xprof 2.24.2 ships only manylinux_2_27.
-DLAMI_PLATFORMS = ([f"manylinux_2_{minor}_x86_64" for minor in range(39, 16, -1)]
-                   + ["manylinux2014_x86_64", "linux_x86_64"])
+# pip download's platforms for a trn1 with Ubuntu 24.04's glibc 2.39: pip takes each literally, so
+# every manylinux_2_Y is named (xprof 2.24.2 ships only manylinux_2_27).
+DLAMI_PLATFORMS = [f"manylinux_2_{y}_x86_64" for y in range(39, 16, -1)] + ["manylinux2014_x86_64", "linux_x86_64"]
 # What the DLAMI venv holds already (helpers/setup/venv_plan.py's STACK, the part in requirements.txt).
 DLAMI_STACK = {"torch", "torch-xla", "torchvision"}
 CHUNK = 1024 * 1024
