@@ -7,6 +7,7 @@ layout), since the Neuron tool does not exist off Trainium.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -154,7 +155,7 @@ def test_stand_in_explains_and_runs_only_the_trial(workdir):
     assert report.results == {"xla": {"stage": "xla", "new_graphs": 3}}
     text = "\n".join(lines)
     assert "No NeuronCore here, so no neuron_parallel_compile" in text
-    assert "NEURON_PARALLEL_COMPILE_MAX_RETRIES=1" in text and "--num_parallel 2" not in text
+    assert "NEURON_PARALLEL_COMPILE_MAX_RETRIES=1" in text and not re.search(r"--num_parallel \d", text)
     assert report.commands.shell()["trial"] in text and report.commands.shell()["run"] in text
     assert "graphs the trial traced: 3" in text
     assert report.compiled_by_trial is None and report.cache_before is None
