@@ -7,8 +7,9 @@ brings the permissions its registry schema lists under `handlers` create, update
 (cfn-lint ships the schemas); the two types with no handlers (the wait condition and its handle)
 are named below with the reason they need nothing; the stack's own calls and the commands the docs
 tell the instructor to run are listed with the page that runs them. IAM calls are narrowed to the
-stack's roles (path /<stack>/) and instance profiles (<stack>-...), so the policy cannot create or
-pass any other role.
+stack's roles (path /<stack>/) and instance profiles (<stack>-...), and it assumes only the
+learner roles. The path is all IAM can narrow: a role made under it may carry any policy and be
+passed to an instance, so the policy is as strong as an account administrator's (docs say so).
 
     python -m deploy.instructor_policy            # exit 1 when the file is not current
     python -m deploy.instructor_policy --write    # rewrite deploy/instructor-policy.json
@@ -147,7 +148,10 @@ def policy(template: dict, stack: str = DEFAULT_STACK) -> dict:
          "Resource": [roles, f"arn:aws:iam::*:instance-profile/{stack}-*"]},
         {"Sid": "PassTheLabRolesToEc2Only", "Effect": "Allow", "Action": "iam:PassRole",
          "Resource": roles, "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
-        {"Sid": "HandOutTheSeats", "Effect": "Allow", "Action": sts, "Resource": roles},
+        # the learner roles only (CloudFormation names them <stack>-LearnerNNRole-<suffix>): not a
+        # role the instructor could make under the path with a policy of their choosing
+        {"Sid": "HandOutTheSeats", "Effect": "Allow", "Action": sts,
+         "Resource": f"arn:aws:iam::*:role/{stack}/{stack}-Learner*"},
     ]}
 
 
