@@ -1,7 +1,8 @@
 # The workbook's commands. Everything a fresh machine needs is installed by these targets.
 #   make lab        set up, then start JupyterLab on notebooks/
 #   make test       set up, then run every test: unit, end-to-end, every notebook executed once
-#                   (in JupyterLab in Chromium) and its outputs compared; budget 150 units of one
+#                   (in JupyterLab in Chromium, on the trn1 double of tests/trn1_double/) and its
+#                   outputs compared; budget 150 units of one
 #                   fresh `python -c "import torch_xla"` (about 12.5 min on 2 cores), printed at its end
 #   make test-quick the unit tests only (no notebooks, browser, training or multi-process runs);
 #                   budget 25 units (about 1.5 min on 2 cores)
@@ -48,7 +49,8 @@ LAB_ARGS ?=
 # Jupyter refuses to start as root unless told: root is normal in containers and on instances.
 LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # make test PYTEST_ARGS="-k notebook": more pytest options. Two xdist workers: the notebooks
-# (browser run, then output comparison) on one, everything else on the other.
+# (the browser run on the trn1 double, the output comparison, the double's judgments) on one,
+# everything else on the other.
 PYTEST_ARGS ?=
 CLASSROOM_ARCHIVE ?= build/classroom-cache.tar.gz
 # make class-bundle: the tested commit (default HEAD), the DLAMI venv's Python for the wheels.

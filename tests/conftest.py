@@ -142,8 +142,6 @@ def pytest_configure(config):
 def pytest_report_header(config):
     from tests.browser.find_browser import find_chromium, in_ci
     from tests.browser.lab_server import browser_problem
-    from tests.notebook_outputs import MODE_VARIABLE, outputs_mode
-
     problem = browser_problem()
     if problem is None:
         browser = f"browser test: {find_chromium()}"
@@ -151,11 +149,11 @@ def pytest_report_header(config):
         browser = f"browser test: FAILS under CI=true: {problem}"
     else:
         browser = f"browser test: SKIPPED, notebooks executed by nbclient instead: {problem}"
-    return [browser, f"notebook outputs: {outputs_mode()} mode ({MODE_VARIABLE} forces "
-                     f"stand-in or neuron)"]
+    return [browser, "notebook outputs: executed on the trn1 double (on NeuronCores where this host "
+                     "has them), compared in the Neuron mode"]
 
 
-_notebook_outcomes: dict[str, list[str]] = {"notebook_output": [], "notebook_output_neuron": []}
+_notebook_outcomes: dict[str, list[str]] = {"notebook_output": []}
 # family -> {"intervals": [(start, stop) of each set-up, call and tear-down], "tests": count}
 _family_times: dict[str, dict] = {}
 
@@ -173,10 +171,7 @@ def pytest_runtest_logreport(report):
 def pytest_terminal_summary(terminalreporter):
     from collections import Counter
 
-    from tests.notebook_outputs import outputs_mode
-
-    titles = {"notebook_output": f"notebook outputs ({outputs_mode()} mode)",
-              "notebook_output_neuron": "notebook outputs, the same run in the Neuron mode"}
+    titles = {"notebook_output": "notebook outputs (the Neuron mode)"}
     for key, outcomes in _notebook_outcomes.items():
         if not outcomes:
             continue

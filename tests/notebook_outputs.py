@@ -10,7 +10,8 @@ learner reads carries no markers.
 Cell metadata `"backend_output": "<why>"`: the cell's output depends on the backend
 (graph counts, cache layout, core counts...). The committed outputs come from the CPU stand-in, so
 in the Neuron mode such a cell's output is not compared (its asserts, which take their expected
-values from helpers/checks/expected.py, still ran); every other cell is. The mode is `neuron` on a host
+values from helpers/checks/expected.py, still ran); every other cell is, but for its stderr (where
+the compiler wrapper's stamped lines go on Neuron). The mode is `neuron` on a host
 with NeuronCores (/dev/neuron0) and `stand-in` elsewhere; WORKBOOK_BACKEND_OUTPUTS=neuron|stand-in
 forces it. Every run reports how many cells were compared and why the others were not.
 """
@@ -143,10 +144,16 @@ def compare_cell(committed, executed, patterns, mode: str = "stand-in") -> str:
     comparer = _nbval_comparer(patterns)
     test = coalesce_streams(copy.deepcopy(list(executed.get("outputs", []))))
     ref = coalesce_streams(copy.deepcopy(list(committed.get("outputs", []))))
+    if mode == "neuron":  # a cell that compiles prints the compiler wrapper's lines to stderr there
+        test, ref = without_stderr(test), without_stderr(ref)
     if not IPyNbCell.compare_outputs(comparer, test, ref):
         raise OutputMismatch("outputs differ from the committed notebook (after "
                              "tests/nbval_sanitize.cfg):\n" + "\n".join(comparer.comparison_traceback))
     return "compared"
+
+
+def without_stderr(outputs: list) -> list:
+    return [o for o in outputs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
 
 
 def read_notebook(path: Path):

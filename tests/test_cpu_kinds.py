@@ -6,8 +6,9 @@ between a CPU with AVX-512 and one without. check() prints those figures at a pr
 cannot change (helpers/checks/__init__.py); this test shows it holds. The training whose figures
 the notebooks print runs at two kernel levels, each compared with the committed cells through the
 same sanitizers (tests/nbval_sanitize.cfg): at this CPU's highest level it is the notebooks' own
-run in JupyterLab, which tests/notebook_outputs.py compares cell by cell, so it is not run again
-here; lowered to AVX2 (tests/cpu_kinds.py's LOWERED_TO_AVX2: ATEN_CPU_CAPABILITY,
+run in JupyterLab (on the trn1 double, whose XLA computes on this CPU), which
+tests/notebook_outputs.py compares cell by cell in the Neuron mode, so it is not run again here
+(a figure cell whose output is the backend's, 05's accuracy gaps, is compared lowered only); lowered to AVX2 (tests/cpu_kinds.py's LOWERED_TO_AVX2: ATEN_CPU_CAPABILITY,
 ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS, XLA_FLAGS=--xla_cpu_max_isa), as on a CPU without
 AVX-512, it is this test's one run (tests/cpu_kinds.py, shared through tests/script_runs.py):
 each figure cell, executed from the committed notebooks on its results, must print what the

@@ -89,6 +89,19 @@ def test_markers_decide_what_is_compared():
         "not compared: backend output (graphs compiled per run)")
 
 
+def test_the_neuron_mode_leaves_the_compilers_stderr_lines_out_and_compares_the_rest():
+    committed = cell("loss = step()", stdout("loss 2.30\n"))
+    compiling = cell(committed.source, new_output("stream", name="stderr", text=(
+        "2026-12-02 01:15:15.000015:  4242  [INFO]: Compilation Successfully Completed for "
+        "model.MODULE_1+2.hlo_module.pb\n")), stdout("loss 2.30\n"))
+    assert compare_cell(committed, compiling, SANITIZER, mode="neuron") == "compared"
+    with pytest.raises(OutputMismatch):
+        compare_cell(committed, compiling, SANITIZER, mode="stand-in")
+    other_loss = cell(committed.source, compiling.outputs[0], stdout("loss 2.31\n"))
+    with pytest.raises(OutputMismatch):
+        compare_cell(committed, other_loss, SANITIZER, mode="neuron")
+
+
 def test_a_cell_that_raised_fails_even_when_its_output_is_not_compared():
     error = new_output("error", ename="AssertionError", evalue="new_graphs == 2", traceback=[])
     for marks in ({"tags": ["nbval-ignore-output"]}, {"backend_output": "counts"}):

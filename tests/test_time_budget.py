@@ -172,7 +172,7 @@ def test_the_cells_take_at_least_the_tutorials_pace():
 def test_each_introduction_states_its_reading_time_and_compile_wait(number):
     intro = " ".join(introduction(NOTEBOOKS[number]).split())
     assert intro_sentence(number) in intro
-    stated = STATED_COMPILES.search(intro)  # what tests/test_trn1_double_pass.py compares
+    stated = STATED_COMPILES.search(intro)  # what tests/browser/test_trn1_double_pass.py compares
     assert (int(stated[1]) if stated else 0) == BUDGET[number].compiles
 
 

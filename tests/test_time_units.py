@@ -33,7 +33,7 @@ def test_the_import_is_timed_in_fresh_processes_and_a_failing_one_refused(tmp_pa
     ("tests/browser/test_lab_server.py", set(), set(), set(), "unit"),
     ("tests/browser/test_notebook_outputs.py", {"e2e"}, {"notebooks"}, {"executed_notebooks"},
      "notebooks"),
-    ("tests/test_trn1_double_pass.py", {"e2e", "slow"}, {"trn1-double"}, set(), "the double"),
+    ("tests/test_trn1_double_faults.py", {"e2e"}, set(), {"tmp_path"}, "the double"),
     ("tests/test_trn1_double.py", set(), set(), {"tmp_path"}, "the double"),
     ("tests/test_slurm.py", {"e2e"}, {"slurm"}, {"cluster"}, "Slurm"),
     ("tests/test_slurm.py", set(), {"slurm"}, set(), "Slurm"),

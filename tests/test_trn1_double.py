@@ -267,7 +267,10 @@ def test_a_compile_interrupted_by_ctrl_c_is_cached_as_failed(instance, tmp_path)
     import os
     import signal
 
-    slow = python(COMPILE_ONE, {**instance, "TRN1_DOUBLE_COMPILE_SECONDS": "3600"}, start_new_session=True)
+    # Ctrl-C as a terminal delivers it, even where this pytest was started with SIGINT ignored
+    # (a background job of a shell): a child inherits an ignored SIGINT and would never see it.
+    slow = python(COMPILE_ONE, {**instance, "TRN1_DOUBLE_COMPILE_SECONDS": "3600"}, start_new_session=True,
+                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_for_event(tmp_path, "compiling", slow)
         os.killpg(slow.pid, signal.SIGINT)

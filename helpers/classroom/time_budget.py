@@ -5,7 +5,7 @@ docs/instructor.md state these figures as this module writes them; tests/test_ti
 them to it, the reading counts to the notebooks, the compile counts (each notebook's graph list,
 helpers/classroom/graph_list.py, which the notebook shows) to the graph record
 (notebooks/classroom_graphs.json, the stand-in's), and the per-compile range to the tutorial's log as
-docs/sources.md quotes it (the typical compile to a 2025 log there). tests/test_trn1_double_pass.py holds the counts the introductions
+docs/sources.md quotes it (the typical compile to a 2025 log there). tests/browser/test_trn1_double_pass.py holds the counts the introductions
 state to the compiles the trn1 double counts.
 
 - Reading: all a learner reads on the core path, counted by reading_counts() and kept here as

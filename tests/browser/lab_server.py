@@ -87,7 +87,10 @@ class LabServer:
         self.argv = [sys.executable, "-m", "jupyterlab", "--no-browser",
                      "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
                      "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
-                     f"--ServerApp.root_dir={root_dir}"]
+                     f"--ServerApp.root_dir={root_dir}",
+                     # A kernel shut down exits by itself, handing the trn1 double its last graphs
+                     # as it goes; jupyter_client's default 5 s before a kill can cut that short.
+                     "--KernelManager.shutdown_wait_time=600"]
         if os.geteuid() == 0:
             self.argv.append("--allow-root")
         self.proc: subprocess.Popen | None = None

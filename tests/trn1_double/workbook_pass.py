@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,7 @@ class NotebookOnDouble:
     refused: int = 0  # processes refused NeuronCores while it ran
     undecided: list[str] = field(default_factory=list)  # "? <label> ...": checks the double cannot decide
     split_compiles: int = 0  # compiles by processes that all-reduced outside the graph (no trn1 count)
+    split_processes: int = 0  # processes that all-reduced outside the graph (their graphs are the double's)
     cached_without_metadata: list[str] = field(default_factory=list)  # debug asked, cached NEFF lacks it
     stated_compiles: int | None = None  # neuronx-cc runs its introduction promises a trn1
     outputs: str = ""  # every text output, for the pass's checks
@@ -221,11 +223,75 @@ def setup_refusal(path: Path, env: dict[str, str]) -> str | None:
         shut_down(client)
 
 
+# Kernels the learner leaves running (File > Close and Shut Down Notebook forgotten), through
+# the notebook named: 00's and 01's never open the device and 04's takes no core, so the prose
+# ("one notebook's kernel at a time on the device") allows them; 02's holds core 0, so 03's
+# setup() must refuse, naming it.
+KEPT_OPEN = {"00": "07", "01": "02", "02": "03", "04": "05"}
+
+
+def shut_before(nb, number: str, kept_open: dict[str, str]) -> str | None:
+    """The notebook before which the learner shuts this kernel down: the prose's "before notebook
+    NN", else the one after the notebook kept_open says it stays open through; None: at its end."""
+    return kept_until(nb) or (f"{int(kept_open[number]) + 1:02d}" if number in kept_open else None)
+
+
+def started(path: Path, nb, open_kernels: list[str]) -> NotebookOnDouble:
+    """A notebook's record as it starts, beside the kernels still open (their two-digit numbers)."""
+    result = NotebookOnDouble(path.stem)
+    result.open_when_started = list(open_kernels)
+    if m := STATED_COMPILES.search(markdown(nb)):
+        result.stated_compiles = int(m[1])
+    return result
+
+
+def first_error(nb) -> str | None:
+    """The first error a cell raised, as the learner reads it (its traceback's last lines)."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                tail = "\n".join(out.get("traceback", []))[-2000:]
+                return f"{out.get('ename')}: {out.get('evalue')}\n{tail}"
+    return None
+
+
+def judged(result: NotebookOnDouble, nb, events: list[dict]) -> NotebookOnDouble:
+    """The notebook's outputs and the journal's events while it ran (its kernel shut down first,
+    unless the learner keeps it open), judged: compiles, cache reads, refusals, platform lines."""
+    result.outputs = text_outputs(nb)
+    split = {e["pid"] for e in events if e["event"] == "reduced-outside-graph"}
+    result.split_processes = len(split)
+    result.undecided = [line for line in result.outputs.splitlines() if line.startswith("? ")]
+    for event in events:
+        if event["event"] == "compiled":
+            result.compiled.append(event["key"])
+            result.split_compiles += event["pid"] in split
+            by = event["argv0"] + " +debug" * bool(event.get("debug")) + " +split" * (event["pid"] in split)
+            result.compiled_by[by] = result.compiled_by.get(by, 0) + 1
+        elif event["event"] == "cached":
+            result.cached.append(event["key"])
+            if event.get("neff_has_metadata") is False:
+                result.cached_without_metadata.append(event["key"])
+        elif event["event"] == "refused":
+            result.refused += 1
+    judge_platform_lines(result, events)
+    judge_run_lines(result, events)
+    return result
+
+
+def holds_a_core(result: NotebookOnDouble, events: list[dict]) -> bool:
+    return any(e["event"] == "reserved" and e["pid"] == result.kernel_pid for e in events)
+
+
 def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
-                 timeout: int = 900, kept_open: dict[str, str] | None = None) -> list[NotebookOnDouble]:
-    """Execute `notebooks` in order on the instance at `root`. A notebook stops at its first
-    failing cell, as Run All does; the next one runs all the same, as a learner would go on. A
-    check the instance cannot decide prints "? …" and the notebook runs on.
+                 timeout: int = 900, kept_open: dict[str, str] | None = None,
+                 save: bool = False, ran: Callable[[Path], object] | None = None) -> list[NotebookOnDouble]:
+    """Execute `notebooks` in order on the instance at `root` with nbclient (where no browser is
+    found outside CI; the test session's run is JupyterLab's, tests/browser/conftest.py). A
+    notebook stops at its first failing cell, as Run All does; the next one runs all the same, as
+    a learner would go on. A check the instance cannot decide prints "? …" and the notebook runs
+    on. With `save`, each executed notebook is written back to its path; `ran(path)` is called
+    after each notebook's run.
 
     `kept_open` {"02": "03"}: a learner leaves notebook 02's kernel running through notebook 03.
     A kept kernel that holds no NeuronCore (00's, 01's, 04's) just runs beside the next ones. One
@@ -242,19 +308,16 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
                 shut_down(client)
             running = [r for r in running if r[1] > number]
             nb = nbformat.read(path, as_version=4)
-            result = NotebookOnDouble(path.stem)
-            result.open_when_started = [name for name, *_ in running]
+            result = started(path, nb, [name for name, *_ in running])
             if holders := [r for r in running if r[3]]:
                 result.refused_by_open_kernels = setup_refusal(path, env) or "setup() went through"
                 for _, _, client, _ in holders:  # what the refusal tells the learner to do
                     shut_down(client)
                 running = [r for r in running if not r[3]]
-            if m := STATED_COMPILES.search(markdown(nb)):
-                result.stated_compiles = int(m[1])
             seen = len(journal(root))
             client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                     resources={"metadata": {"path": str(path.parent)}})
-            started = time.perf_counter()
+            begun = time.perf_counter()
             client.km = client.create_kernel_manager()
             client.start_new_kernel(env=env, cwd=str(path.parent))
             client.start_new_kernel_client()
@@ -264,34 +327,18 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
                     client.execute_cell(cell, index)
             except CellExecutionError as err:
                 result.error = str(err)[-3000:]
-            result.seconds = time.perf_counter() - started
-            result.outputs = text_outputs(nb)
-            # shut down before: the prose's "before notebook NN", else the learner's kept_open
-            # (the notebook after the one it stays open through), else now
-            until = kept_until(nb) or (f"{int(kept_open[number]) + 1:02d}" if number in kept_open else None)
+            result.seconds = time.perf_counter() - begun
+            if save:
+                nbformat.write(nb, path)
+            if ran:
+                ran(path)
+            until = shut_before(nb, number, kept_open)
             if not until or result.error:
                 shut_down(client)  # first: a kernel hands its last graphs over as it exits
             events = journal(root)[seen:]
-            split = {e["pid"] for e in events if e["event"] == "reduced-outside-graph"}
-            result.undecided = [line for line in result.outputs.splitlines() if line.startswith("? ")]
-            for event in events:
-                if event["event"] == "compiled":
-                    result.compiled.append(event["key"])
-                    result.split_compiles += event["pid"] in split
-                    by = event["argv0"] + " +debug" * bool(event.get("debug")) + " +split" * (event["pid"] in split)
-                    result.compiled_by[by] = result.compiled_by.get(by, 0) + 1
-                elif event["event"] == "cached":
-                    result.cached.append(event["key"])
-                    if event.get("neff_has_metadata") is False:
-                        result.cached_without_metadata.append(event["key"])
-                elif event["event"] == "refused":
-                    result.refused += 1
-            judge_platform_lines(result, events)
-            judge_run_lines(result, events)
-            results.append(result)
+            results.append(judged(result, nb, events))
             if until and result.error is None:
-                holds = any(e["event"] == "reserved" and e["pid"] == result.kernel_pid for e in events)
-                running.append((result.name[:2], until, client, holds))
+                running.append((result.name[:2], until, client, holds_a_core(result, events)))
     finally:
         for _, _, client, _ in running:
             shut_down(client)

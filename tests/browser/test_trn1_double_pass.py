@@ -1,35 +1,24 @@
-"""The whole workbook on the trn1 double (tests/trn1_double), as one learner's trn1.2xlarge.
+"""The whole workbook on the trn1 double (tests/trn1_double), as one learner's trn1.2xlarge: the
+test session's one execution of the notebooks (JupyterLab's, tests/browser/conftest.py), with the
+kernels the learner leaves open (tests/trn1_double/workbook_pass.py: KEPT_OPEN).
 
 Every check() in the notebooks is judged against the Neuron values of helpers/checks/expected.py
 (the backend is `neuron` there); one the double cannot decide prints "? … undecided" and the
-notebook runs on. Nothing from this pass is compared with the committed outputs (they are the
-stand-in's) or shown as measured on Trainium.
+notebook runs on. Nothing from this pass is shown as measured on Trainium; its outputs are
+compared with the committed ones in the Neuron mode (tests/notebook_outputs.py).
 """
 import re
 
 import pytest
 
-from helpers.classroom.notebook_pass import workbook_notebooks
-from tests.paths import REPO_ROOT as REPO
-from tests.trn1_double import UNDECIDABLE_CHECKS, instance_env
-from tests.trn1_double.workbook_pass import run_workbook
+from tests.trn1_double import UNDECIDABLE_CHECKS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("trn1-double")]
-
-
-# Kernels the learner leaves running (File > Close and Shut Down Notebook forgotten), through
-# the notebook named: 00's and 01's never open the device and 04's takes no core, so the prose
-# ("one notebook's kernel at a time on the device") allows them; 02's holds core 0, so 03's
-# setup() must refuse, naming it.
-KEPT_OPEN = {"00": "07", "01": "02", "02": "03", "04": "05"}
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("notebooks")]
 
 
 @pytest.fixture(scope="module")
-def workbook_on_trn1(tmp_path_factory):
-    work = tmp_path_factory.mktemp("trn1")
-    env = instance_env(work / "instance", CHECKPOINT_DIR=str(work / "checkpoints"))
-    results = run_workbook(workbook_notebooks(REPO), work / "instance", env, kept_open=KEPT_OPEN)
-    for r in results:  # shown with -s, and in the closing note
+def workbook_on_trn1(workbook_on_trn1):
+    for r in workbook_on_trn1.values():  # shown with -s, and in the closing note
         print(f"trn1 double: {r.name}: {r.seconds:.0f} s, {len(r.compiled)} neuronx-cc runs "
               f"({r.split_compiles} with the all-reduce outside the graph; stated "
               f"{r.stated_compiles}), {len(r.cached)} read from the cache "
@@ -51,7 +40,7 @@ def workbook_on_trn1(tmp_path_factory):
         if r.open_when_started:
             print(f"trn1 double: {r.name}: started beside {r.open_when_started}; "
                   f"setup() with a core-holding kernel open: {(r.refused_by_open_kernels or '-')[-300:]}")
-    return {r.name[:2]: r for r in results}
+    return workbook_on_trn1
 
 
 def test_every_notebook_runs_to_its_end(workbook_on_trn1):
