@@ -11,14 +11,15 @@ Cell metadata `"backend_output": "<why>"`: the cell's output depends on the back
 (graph counts, cache layout, core counts...). The committed outputs come from the CPU stand-in, so
 in the Neuron mode such a cell's output is not compared (its asserts, which take their expected
 values from helpers/checks/expected.py, still ran); every other cell is, but for its stderr (where
-the compiler wrapper's stamped lines go on Neuron). The mode is `neuron` on a host
-with NeuronCores (/dev/neuron0) and `stand-in` elsewhere; WORKBOOK_BACKEND_OUTPUTS=neuron|stand-in
-forces it. Every run reports how many cells were compared and why the others were not.
+the compiler wrapper's stamped lines go on Neuron; which stream a trn1 uses is not in the sources:
+the double writes stderr, and a line on stdout would fail the comparison). make test compares in
+the Neuron mode: its one execution runs on the trn1 double, or on a trn1's NeuronCores
+(tests/browser/conftest.py). Every run reports how many cells were compared and why the others
+were not.
 """
 from __future__ import annotations
 
 import copy
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,23 +37,9 @@ from nbval.plugin import (
 )
 
 BACKEND_KEY = "backend_output"  # cell metadata: why this cell's output depends on the backend
-MODES = ("stand-in", "neuron")
-MODE_VARIABLE = "WORKBOOK_BACKEND_OUTPUTS"
 # nbval skips these when comparing; images too, unless --nbdime (never used here).
 SKIP_COMPARE = ('metadata', 'traceback', 'prompt_number', 'output_type', 'name', 'execution_count',
                 'application/vnd.jupyter.widget-view+json', 'image/png', 'image/jpeg')
-
-
-def outputs_mode(environ=None, neuron_device: Path = Path("/dev/neuron0")) -> str:
-    """`neuron` or `stand-in`: forced by WORKBOOK_BACKEND_OUTPUTS, else by the device node."""
-    environ = os.environ if environ is None else environ
-    forced = environ.get(MODE_VARIABLE, "").strip()
-    if forced:
-        if forced not in MODES:
-            raise ValueError(f"{MODE_VARIABLE}={forced!r}: use one of {', '.join(MODES)} "
-                             f"(or unset it to decide by /dev/neuron0)")
-        return forced
-    return "neuron" if neuron_device.exists() else "stand-in"
 
 
 def read_sanitizer(path: Path) -> list[tuple[str, str]]:

@@ -159,7 +159,7 @@ class NotebookRuns:
         self.loading: dict[str, NotebookRun] = {}
         self.on_double: dict[str, NotebookOnDouble] = {}
         self.learner_open: dict[str, tuple[str, bool]] = {}  # name -> (shut before NN, holds a core)
-        self.pending: dict[str, tuple[NotebookOnDouble, int]] = {}  # judged when its kernel ends
+        self.pending: dict[str, tuple[NotebookOnDouble, int, object]] = {}  # judged when its kernel ends
 
     def get(self, name: str, keep_open: bool = False) -> NotebookRun:
         """The run of `name`, running it (and every notebook before it) first if needed.
@@ -219,16 +219,15 @@ class NotebookRuns:
         result.seconds, result.error = run.seconds, first_error(nb)
         result.kernel_pid = kernel_pid(self.server, path.name)
         until = shut_before(nb, path.name[:2], KEPT_OPEN)
-        self.pending[path.name] = (result, seen)
+        self.pending[path.name] = (result, seen, nb)
         if until and result.error is None:  # judged now: its kernel goes on beside the next ones
             events = self.judge(path.name)
             self.learner_open[path.name] = (until, holds_a_core(result, events))
 
     def judge(self, name: str) -> list[dict]:
-        result, seen = self.pending.pop(name)
+        result, seen, nb = self.pending.pop(name)
         events = journal(self.instance)[seen:] if self.instance else []
-        self.on_double[name[:2]] = judged(result, nbformat.read(self.runs[name].executed, as_version=4),
-                                          events)
+        self.on_double[name[:2]] = judged(result, nb, events)
         return events
 
     def load(self, path: Path) -> None:
@@ -318,7 +317,7 @@ class KernelRuns:
         names = [p.name for p in self.notebooks]
         assert name in names, f"{name} is not among {names}"
         if not self.executed:  # all of them, in order: the graphs are filed by the whole pass
-            results = run_workbook(self.notebooks, self.instance or Path("/"), self.env,
+            results = run_workbook(self.notebooks, self.instance, self.env,
                                    timeout=int(NOTEBOOK_TIMEOUT_S), kept_open=KEPT_OPEN, save=True,
                                    ran=lambda path: self.graphs.collect(path.name))
             self.on_double = {r.name[:2]: r for r in results} if self.instance else {}

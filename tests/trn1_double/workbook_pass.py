@@ -283,10 +283,11 @@ def holds_a_core(result: NotebookOnDouble, events: list[dict]) -> bool:
     return any(e["event"] == "reserved" and e["pid"] == result.kernel_pid for e in events)
 
 
-def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
+def run_workbook(notebooks: list[Path], root: Path | None, env: dict[str, str],
                  timeout: int = 900, kept_open: dict[str, str] | None = None,
                  save: bool = False, ran: Callable[[Path], object] | None = None) -> list[NotebookOnDouble]:
-    """Execute `notebooks` in order on the instance at `root` with nbclient (where no browser is
+    """Execute `notebooks` in order on the instance at `root` (None: this host's own platform,
+    no journal to judge) with nbclient (where no browser is
     found outside CI; the test session's run is JupyterLab's, tests/browser/conftest.py). A
     notebook stops at its first failing cell, as Run All does; the next one runs all the same, as
     a learner would go on. A check the instance cannot decide prints "? …" and the notebook runs
@@ -314,7 +315,7 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
                 for _, _, client, _ in holders:  # what the refusal tells the learner to do
                     shut_down(client)
                 running = [r for r in running if not r[3]]
-            seen = len(journal(root))
+            seen = len(journal(root)) if root else 0
             client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                     resources={"metadata": {"path": str(path.parent)}})
             begun = time.perf_counter()
@@ -335,7 +336,7 @@ def run_workbook(notebooks: list[Path], root: Path, env: dict[str, str],
             until = shut_before(nb, number, kept_open)
             if not until or result.error:
                 shut_down(client)  # first: a kernel hands its last graphs over as it exits
-            events = journal(root)[seen:]
+            events = journal(root)[seen:] if root else []
             results.append(judged(result, nb, events))
             if until and result.error is None:
                 running.append((result.name[:2], until, client, holds_a_core(result, events)))
