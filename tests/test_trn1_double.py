@@ -321,38 +321,6 @@ def test_the_pass_judges_each_platform_line_against_the_journal():
     assert unnamed.wrong_platform_lines == [] and len(unnamed.platform_lines) == 1
 
 
-KERNEL = ("import sys\n"
-          "from helpers.setup import setup\n"
-          "try:\n"
-          "    b = setup(data=False)\n"
-          "except Exception as error:\n"
-          "    print(type(error).__name__, error, flush=True); sys.exit(1)\n"
-          "d = b.device; print('holds', flush=True); sys.stdin.read()")
-
-
-@pytest.mark.e2e
-def test_a_kernel_left_open_refuses_the_next_notebooks_setup_naming_it_and_why(tmp_path):
-    """The learner who forgets to shut a kernel down: the next notebook's setup() stops before
-    touching the device, naming the holder, and says why its cores cannot be read (setup() pinned
-    them after that kernel started), not that it pinned none. Both processes carry
-    `ipykernel_launcher` in their command line, as a Jupyter kernel does."""
-    env = instance_env(tmp_path)
-    first = subprocess.Popen([sys.executable, "-c", KERNEL, "ipykernel_launcher"], env=env,
-                             cwd=REPO_ROOT, text=True, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        lines = [first.stdout.readline() for _ in range(3)]
-        assert lines[-1].strip() == "holds", lines
-        second = run_double(KERNEL.replace("sys.stdin.read()", ""), env)
-        out = second.stdout
-        assert second.returncode == 1 and out.startswith("NeuronCoresHeld Another process holds"), out
-        assert f"pid {first.pid}, a Jupyter kernel" in out
-        assert "a notebook kernel chooses its cores after it starts" in out and "not pinned" not in out
-    finally:
-        first.communicate("", timeout=GUARD_S)
-    assert [(e["event"], e["cores"]) for e in journal(tmp_path)] == [("reserved", [0])]  # the second never opened it
-
-
 @pytest.mark.parametrize("fail, events", [
     ("*", ["failed", "retry", "failed"]),  # the last failure stands: cached as failed
     ("#1", ["failed", "retry", "compiled"]),  # the retry compiles it

@@ -31,8 +31,8 @@ from tests.trn1_double.workbook_pass import (
     first_error,
     holds_a_core,
     judged,
+    refuse_at_setup,
     run_workbook,
-    setup_refusal,
     shut_before,
     started,
 )
@@ -209,7 +209,7 @@ class NotebookRuns:
                 self.end_kernel(open_name)
         result = started(path, nbformat.read(path, as_version=4), sorted(n[:2] for n in self.learner_open))
         if holders := [n for n, (_, holds) in self.learner_open.items() if holds]:
-            result.refused_by_open_kernels = setup_refusal(path, self.env) or "setup() went through"
+            refuse_at_setup(result, path, self.env, self.instance)
             for holder in holders:
                 self.end_kernel(holder)
         return result, len(journal(self.instance)) if self.instance else 0

@@ -100,13 +100,17 @@ def test_kernels_left_open_run_beside_the_next_notebooks_as_the_prose_allows(wor
 
 
 def test_a_core_holding_kernel_left_open_is_named_by_the_next_notebooks_setup(workbook_on_trn1):
-    """02 still open when 03 starts: 03's setup() stops before touching the device, naming 02's
-    kernel by its pid and saying how to shut it down; the learner does, and 03 runs to its end."""
+    """02 still open when 03 starts: 03's setup() stops before touching the device (the journal:
+    no core reserved meanwhile), naming 02's kernel by its pid, saying why its cores cannot be
+    read (setup() pinned them after that kernel started), not that it pinned none, and how to
+    shut it down; the learner does, and 03 runs to its end."""
     refusal = workbook_on_trn1["03"].refused_by_open_kernels
     assert workbook_on_trn1["03"].open_when_started == ["00", "02"]
     assert refusal and "NeuronCoresHeld" in refusal, refusal
     # "pid <n>, a Jupyter kernel": the comma ends the pid, so a longer pid holding its digits cannot pass
     assert f"pid {workbook_on_trn1['02'].kernel_pid}, a Jupyter kernel" in refusal and "shut" in refusal, refusal
+    assert "a notebook kernel chooses its cores after it starts" in refusal and "not pinned" not in refusal
+    assert workbook_on_trn1["03"].reserved_while_refused == []
     assert workbook_on_trn1["03"].error is None
 
 

@@ -59,6 +59,7 @@ class NotebookOnDouble:
     wrong_platform_lines: list[str] = field(default_factory=list)  # those the journal contradicts
     open_when_started: list[str] = field(default_factory=list)  # other notebooks' kernels still running
     refused_by_open_kernels: str | None = None  # setup()'s error while a core-holding kernel ran
+    reserved_while_refused: list[list[int]] = field(default_factory=list)  # cores the refused kernel took
 
 
 def _cores(spec: str) -> list[int]:
@@ -202,6 +203,18 @@ def shut_down(client: NotebookClient) -> None:
     run_sync(client.km.shutdown_kernel)(now=False)
 
 
+def refuse_at_setup(result: NotebookOnDouble, path: Path, env: dict[str, str],
+                    instance: Path | None) -> None:
+    """setup_refusal() while a core-holding kernel runs, recorded in `result`: setup()'s error,
+    and the cores the instance's journal says the refusing kernel reserved meanwhile (none: it
+    stopped before touching the device)."""
+    seen = len(journal(instance)) if instance else 0
+    result.refused_by_open_kernels = setup_refusal(path, env) or "setup() went through"
+    if instance:
+        result.reserved_while_refused = [e["cores"] for e in journal(instance)[seen:]
+                                         if e["event"] == "reserved"]
+
+
 def setup_refusal(path: Path, env: dict[str, str]) -> str | None:
     """A notebook's cells up to its setup() call, in a kernel of their own: the error setup()
     raised (its last lines), or None when it went through. That kernel is then shut down."""
@@ -311,7 +324,7 @@ def run_workbook(notebooks: list[Path], root: Path | None, env: dict[str, str],
             nb = nbformat.read(path, as_version=4)
             result = started(path, nb, [name for name, *_ in running])
             if holders := [r for r in running if r[3]]:
-                result.refused_by_open_kernels = setup_refusal(path, env) or "setup() went through"
+                refuse_at_setup(result, path, env, root)
                 for _, _, client, _ in holders:  # what the refusal tells the learner to do
                     shut_down(client)
                 running = [r for r in running if not r[3]]
