@@ -21,7 +21,7 @@ import pytest
 from helpers.classroom.graph_log import GraphDumps
 from helpers.classroom.notebook_pass import workbook_notebooks
 from tests.browser.find_browser import find_chromium, in_ci, profile_parent
-from tests.browser.lab_page import NotebookRun, open_page, run_notebook
+from tests.browser.lab_page import NotebookRun, open_page, run_notebook, whole_notebook_text
 from tests.browser.lab_server import CHROMIUM_ARGS, LabServer, browser_problem, make_workspace
 from tests.paths import REPO_ROOT
 from tests.trn1_double import instance_env, journal
@@ -136,9 +136,10 @@ def keep_executed(saved: Path) -> Path:
     and another in build/executed/ for a person (or CI's artifacts) to open."""
     kept = saved.parent.parent / "executed" / saved.name
     kept.parent.mkdir(exist_ok=True)
-    shutil.copyfile(saved, kept)
+    text = whole_notebook_text(saved)
+    kept.write_text(text)
     EXECUTED.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(saved, EXECUTED / saved.name)
+    (EXECUTED / saved.name).write_text(text)
     return kept
 
 
@@ -207,7 +208,8 @@ class NotebookRuns:
         for open_name, (until, _) in list(self.learner_open.items()):
             if until <= number:
                 self.end_kernel(open_name)
-        result = started(path, nbformat.read(path, as_version=4), sorted(n[:2] for n in self.learner_open))
+        result = started(path, nbformat.reads(whole_notebook_text(path), as_version=4),
+                         sorted(n[:2] for n in self.learner_open))
         if holders := [n for n, (_, holds) in self.learner_open.items() if holds]:
             refuse_at_setup(result, path, self.env, self.instance)
             for holder in holders:

@@ -143,9 +143,27 @@ def output_problems(page) -> list[str]:
     return found
 
 
+def whole_notebook_text(path: Path, guard_s: float = 60.0) -> str:
+    """The notebook file's text once it holds a whole notebook. The Jupyter server saves in place
+    (jupyter_server's atomic_writing opens the file for writing, then serializes and validates the
+    notebook into it), so a read during any save, ours or an autosave, can meet an empty or partial
+    file: it is read again until it parses, within a guard."""
+    deadline = time.monotonic() + guard_s
+    while True:
+        text = path.read_text()
+        try:
+            json.loads(text)
+            return text
+        except json.JSONDecodeError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{path.name} held no whole notebook for {guard_s:.0f} s "
+                                     f"({len(text)} characters)") from None
+            time.sleep(0.1)
+
+
 def saved_error_outputs(path: Path) -> list[str]:
     """Error outputs in the notebook file as JupyterLab saved it (the copy the page ran)."""
-    nb = json.loads(path.read_text())
+    nb = json.loads(whole_notebook_text(path))
     found = []
     for index, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
         for out in cell.get("outputs", []):
@@ -155,14 +173,18 @@ def saved_error_outputs(path: Path) -> list[str]:
 
 
 def save_notebook(page, server, notebook_name: str) -> None:
+    path = server.root_dir / notebook_name
+    asked = time.time_ns() - 5_000_000  # a file system's clock may lag by a tick
     click_menu(page, "File", "Save Notebook")
-    # Saved when the tab loses its "dirty" mark.
+    # Saved when the tab has lost its "dirty" mark and the file is written since (the mark may not
+    # have shown yet when first looked at) and whole.
     page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden)", timeout=10_000)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         dirty = page.eval_on_selector_all(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty",
                                           "nodes => nodes.length")
-        if not dirty:
+        if not dirty and path.stat().st_mtime_ns >= asked:
+            whole_notebook_text(path)
             return
         time.sleep(0.5)
     raise TimeoutError(f"{notebook_name}: JupyterLab did not save within 30 s")

@@ -1,5 +1,7 @@
 """The browser test's own plumbing, without a browser: where it looks for Chromium, what it says
-when it finds none (skip outside CI, fail under CI=true), and the copy of the workbook it serves."""
+when it finds none (skip outside CI, fail under CI=true), the copy of the workbook it serves, and
+how it reads a notebook file the Jupyter server may be saving."""
+import itertools
 import json
 import os
 import re
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser.find_browser import find_chromium, in_ci, is_snap, profile_parent
+from tests.browser.lab_page import whole_notebook_text
 from tests.browser.lab_server import browser_problem, make_workspace
 from tests.paths import REPO_ROOT
 
@@ -156,3 +159,21 @@ def test_loadgroup_keeps_an_xdist_group_on_one_worker(tmp_path):
     workers = {m.group(1) for m in re.finditer(r"\[(gw\d)\].*test_in_group", done.stdout)}
     assert len(re.findall(r"PASSED .*test_in_group", done.stdout)) == 8 and len(workers) == 1, (
         done.stdout[-2000:])
+
+
+class FileBeingSaved:
+    """A notebook file as successive reads find it while the Jupyter server saves it in place."""
+    name = "06_inside_a_run.ipynb"
+
+    def __init__(self, reads):
+        self.reads = iter(reads)
+
+    def read_text(self):
+        return next(self.reads)
+
+
+def test_a_notebook_file_met_mid_save_is_read_again_until_whole():
+    whole = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    assert whole_notebook_text(FileBeingSaved(["", whole[:20], whole])) == whole
+    with pytest.raises(AssertionError, match=r"^06_inside_a_run\.ipynb held no whole notebook for 0 s \(0 characters\)$"):
+        whole_notebook_text(FileBeingSaved(itertools.repeat("")), guard_s=0.3)
