@@ -20,6 +20,7 @@ import pytest
 
 from helpers.classroom.graph_log import GraphDumps
 from helpers.classroom.notebook_pass import workbook_notebooks
+from mnist_mlp.common.backend import neuron_device_nodes
 from tests.browser.find_browser import find_chromium, in_ci, profile_parent
 from tests.browser.lab_page import NotebookRun, open_page, run_notebook, whole_notebook_text
 from tests.browser.lab_server import CHROMIUM_ARGS, LabServer, browser_problem, make_workspace
@@ -41,7 +42,6 @@ NOTEBOOK_TIMEOUT_S = float(os.environ.get("BROWSER_TEST_NOTEBOOK_TIMEOUT", "900"
 SCREENSHOTS = REPO_ROOT / "build" / "screenshots"
 EXECUTED = REPO_ROOT / "build" / "executed"  # each run's executed notebooks (CI keeps them)
 VIEWPORT = {"width": 1280, "height": 1000}
-NEURON_DEVICE = Path("/dev/neuron0")
 
 
 @pytest.fixture(scope="session")
@@ -79,8 +79,9 @@ def notebook_graphs(tmp_path_factory) -> GraphDumps:
 @pytest.fixture(scope="session")
 def trn1_instance(lab_notebooks) -> Path | None:
     """The trn1 double's instance (tests/trn1_double) the session's one execution of the
-    workbook runs on; None on a host with NeuronCores, where it runs on them."""
-    return None if NEURON_DEVICE.exists() else lab_notebooks.parent / "instance"
+    workbook runs on; None on a host with NeuronCores (this machine's own /dev, read by the
+    workbook's one reader of Neuron devices), where it runs on them."""
+    return None if neuron_device_nodes(Path("/dev")) else lab_notebooks.parent / "instance"
 
 
 def lab_kernel_env(lab_notebooks: Path, graphs: GraphDumps, instance: Path | None) -> dict[str, str]:
