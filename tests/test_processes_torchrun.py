@@ -92,6 +92,21 @@ def test_run_streaming_timeout_stops_the_child_and_its_children(tmp_path):
     assert not is_alive(int(pid_file.read_text()))
 
 
+def test_the_output_reader_hands_over_whole_lines_and_closes_the_pipe_at_its_end():
+    """Left open, the pipe is closed by the garbage collector, whose ResourceWarning then lands in
+    whichever later test it runs during."""
+    import io
+    import queue
+
+    from helpers.launch.processes import _pump_lines
+
+    stream = io.TextIOWrapper(io.BytesIO(b"10%\r100%\ndone\n"), encoding="utf-8", newline="")
+    sink = queue.Queue()
+    _pump_lines(stream, sink, tag=1)
+    assert [sink.get_nowait() for _ in range(3)] == [(1, "100%"), (1, "done"), (1, None)]
+    assert stream.closed
+
+
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
     """One real torchrun of two workers, read by two tests: each rank prints a blank line and

@@ -96,6 +96,7 @@ def test_a_port_in_use_fails_with_tensorboards_own_words(tmp_path):
     # TensorBoard's own line, the port a whole number (port 6006 is not port 60061)
     assert re.search(rf"could not bind to port {board.port}\b", str(err.value)), str(err.value)
     assert not board.running
+    assert board._log is None, "its log file is closed, not left to the garbage collector"
     # A hang guard: a stall on the silent holder lasts until start()'s 60 s timeout; TensorBoard
     # loading and exiting takes under 10 s even on the loaded 2-core machine (5x headroom).
     assert elapsed < 50, f"{elapsed:.0f} s: stalled on a request to the port's silent holder"

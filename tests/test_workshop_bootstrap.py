@@ -192,6 +192,7 @@ def test_a_lab_boots_from_the_class_bundle_to_jupyterlab_on_loopback_with_no_way
         assert status == 200 and "00_setup.ipynb" in {c["name"] for c in contents["content"]}
         with pytest.raises(urllib.error.HTTPError) as refused:
             get(lab["port"], "/api/contents", None)
+        refused.value.close()  # it holds the answer's socket: a later test's GC would warn of it
         assert refused.value.code == 403
         session = psutil.Process(int((lab["systemd"] / "workshop-lab.service.pid").read_text()))
         listening = {c.laddr.ip for p in [session, *session.children(recursive=True)]

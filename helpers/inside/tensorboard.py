@@ -106,17 +106,20 @@ class TensorBoard:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                said = self.output()
+                self.stop()  # its log file closed now, not by the garbage collector
                 raise TensorBoardError(f"TensorBoard exited with code {self.proc.returncode} "
-                                       f"before it answered:\n{self.output()}")
+                                       f"before it answered:\n{said}")
             try:
                 self.get("data/logdir", timeout=probe_timeout)
                 enable_magic_through_proxy()
                 return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.3)
+        said = self.output()
         self.stop()
         raise TensorBoardError(f"TensorBoard did not answer on port {self.port} within "
-                               f"{timeout:g} s:\n{self.output()}")
+                               f"{timeout:g} s:\n{said}")
 
     def output(self, last: int = 20) -> str:
         """Its last lines of output (stdout and stderr)."""

@@ -90,14 +90,16 @@ def venv_bin_first(path: str | None, python: str = sys.executable) -> str:
 
 
 def _pump_lines(stream: io.TextIOBase, sink: queue.Queue, tag=None) -> None:
-    """Reader thread: hand each complete output line to the main thread as it arrives."""
-    for chunk in iter(stream.readline, ""):
-        # With newline="" a line keeps its ending. One ending in a bare "\r" is a progress
-        # bar redrawing itself: skipped, its final state arrives as a normal line.
-        if chunk.endswith("\r"):
-            continue
-        line = chunk.rstrip("\r\n")
-        sink.put(line if tag is None else (tag, line))
+    """Reader thread: hand each complete output line to the main thread as it arrives; the
+    pipe is closed at its end (left to the garbage collector, it warns of an unclosed file)."""
+    with stream:
+        for chunk in iter(stream.readline, ""):
+            # With newline="" a line keeps its ending. One ending in a bare "\r" is a progress
+            # bar redrawing itself: skipped, its final state arrives as a normal line.
+            if chunk.endswith("\r"):
+                continue
+            line = chunk.rstrip("\r\n")
+            sink.put(line if tag is None else (tag, line))
     sink.put(None if tag is None else (tag, None))
 
 
