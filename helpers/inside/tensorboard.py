@@ -106,20 +106,22 @@ class TensorBoard:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                said = self.output()
-                self.stop()  # its log file closed now, not by the garbage collector
-                raise TensorBoardError(f"TensorBoard exited with code {self.proc.returncode} "
-                                       f"before it answered:\n{said}")
+                raise self._gave_up(f"TensorBoard exited with code {self.proc.returncode} "
+                                    "before it answered")
             try:
                 self.get("data/logdir", timeout=probe_timeout)
                 enable_magic_through_proxy()
                 return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.3)
+        raise self._gave_up(f"TensorBoard did not answer on port {self.port} within {timeout:g} s")
+
+    def _gave_up(self, why: str) -> TensorBoardError:
+        """The error for a start that failed, with its output; stopped, its log file closed now
+        (not by the garbage collector, whose warning would land in some later cell or test)."""
         said = self.output()
         self.stop()
-        raise TensorBoardError(f"TensorBoard did not answer on port {self.port} within "
-                               f"{timeout:g} s:\n{said}")
+        return TensorBoardError(f"{why}:\n{said}")
 
     def output(self, last: int = 20) -> str:
         """Its last lines of output (stdout and stderr)."""
